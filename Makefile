@@ -1,0 +1,98 @@
+# logkeeper — every target installs what it needs into .venv (safe to rerun).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
+PYTEST_ARGS ?=
+
+.PHONY: setup constraints demo test unit lint bench bench-kafka kcat crash interop e2e kind-e2e crds chart clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,operator]'
+	@touch $@
+
+# Re-pin constraints.txt to what the venv holds now (after testing a refresh).
+constraints:
+	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^-e'; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt
+
+demo: setup
+	$(PY) -m logkeeper.demo --dir ./demo-data
+
+lint: setup
+	$(VENV)/bin/ruff check sidecar operator tests bench
+	$(VENV)/bin/mypy
+
+# kcat (Debian's package, unpacked into .cache/kcat) for the Kafka listener tests; cached.
+kcat:
+	@bash interop/fetch_kcat.sh >/dev/null
+
+# The default suite: unit, behaviour, interop with kafka-python, confluent-kafka and kcat against
+# the Kafka listener, crash tests (bounded).
+test: setup lint kcat
+	$(PY) -m pytest -q -n 2 tests/unit tests/behaviour tests/interop tests/crash $(PYTEST_ARGS)
+
+unit: setup
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+crash: setup
+	LOGKEEPER_CRASH_ITERATIONS=2000 $(PY) -m pytest -q tests/crash $(PYTEST_ARGS)
+
+# Interop with a real Kafka (issue 5): Kafka's jars from Maven Central into .cache/kafka-<version>
+# (interop/fetch_kafka.sh; reruns use the cache), then the four steps of tests/kafka, one at a time:
+# 1 DumpLogSegments on logkeeper's segments, 2 logkeeper reads a broker's log, 3 a broker serves
+# logkeeper's, 4 both cleaners side by side (table in bench/results/kafka_side_by_side.md).
+# KAFKA_VERSION=4.x.y picks another release than interop/pom.xml's.
+KAFKA_VERSION ?=
+interop: setup
+	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
+	@KAFKA_VERSION=$(KAFKA_VERSION) $(PY) -m pytest -v -p no:cacheprovider tests/kafka $(PYTEST_ARGS) || \
+		{ echo "make interop: FAILED (each failure above names its step: 'step N: ...')"; exit 1; }
+	@sed -n '/^| cleaner/,/^$$/p' bench/results/kafka_side_by_side.md
+
+# The CRDs (crds/) and the chart's generated parts (its crds/ copy, values.schema.json), written
+# from the settings' single definitions; `make chart` also checks that they agree and lints the chart.
+crds: setup
+	$(PY) -m logkeeper_operator.crdgen crds
+
+chart: crds
+	$(PY) -m logkeeper_operator.chartgen charts/logkeeper
+	$(PY) -m logkeeper_operator.crdgen --check crds charts/logkeeper/crds
+	@if [ -x "$$(sed -n 's/^HELM=//p' $(E2E_CACHE)/tools.env 2>/dev/null)" ]; then \
+		"$$(sed -n 's/^HELM=//p' $(E2E_CACHE)/tools.env)" lint --strict charts/logkeeper; \
+	else echo "make chart: helm not built yet (make e2e builds it); skipped helm lint"; fi
+
+# End to end against a real control plane (e2e/README.md): e2e/tools.sh builds kube-apiserver and
+# kube-controller-manager (Go modules) and helm, fetches etcd (Debian), all cached in $(E2E_CACHE);
+# then tests/e2e starts them on loopback and runs the user's steps (kubectl apply -f crds/, helm
+# install, kubectl apply a LogVolume), with the operator as a local process and tests/e2e/node.py
+# playing the node. kind-e2e: the same on a kind cluster, for machines with Docker.
+E2E_CACHE ?= $(HOME)/.cache/logkeeper/e2e
+e2e: setup
+	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark,e2e]'
+	@start=$$(date +%s); LOGKEEPER_E2E_CACHE=$(E2E_CACHE) bash e2e/tools.sh >/dev/null; \
+		echo "make e2e: tools ready in $$(( $$(date +%s) - start )) s ($(E2E_CACHE))"
+	LOGKEEPER_E2E_TOOLS=$(E2E_CACHE)/tools.env $(PY) -m pytest -v -s -p no:cacheprovider -p no:randomly \
+		--timeout 900 tests/e2e $(PYTEST_ARGS)
+
+kind-e2e:
+	bash e2e/kind-e2e.sh
+
+bench: setup
+	$(PY) bench/bench_walk.py
+	$(PY) bench/bench_log.py
+
+# The same Kafka client (confluent-kafka) against the sidecar's Kafka listener and a real Kafka
+# broker (make interop's release), side by side: bench/results/kafka_clients.md.
+bench-kafka: setup
+	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
+	$(PY) bench/bench_kafka_clients.py
+
+clean:
+	rm -rf $(VENV) .cache demo-data .pytest_cache .mypy_cache .ruff_cache

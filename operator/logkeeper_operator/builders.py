@@ -1,0 +1,251 @@
+"""Pure manifest builders: a parsed spec in, plain dicts out (no API calls, no clock, no random).
+
+A LogVolume ``lv`` owns (ownerReferences, so deleting it deletes them):
+
+    Secret       lv-token    the bearer token of the sidecar's mutating API (made once, kept)
+    ConfigMap    lv-config   config.yaml, rendered by render.py
+    Service      lv          headless, port http -> the sidecar (stable DNS lv-0.lv.<ns>.svc)
+    PVC          lv-<id>     one per volume with a size; owned only when deleteClaim is true
+    StatefulSet  lv          one pod: the sidecar + the spec's application containers
+
+A CompactionJob owns one batch/v1 Job per attempt (``<cj>-a<n>``): ``logkeeper spark-compact`` on
+the partition's volume (local Spark in the Job's pod, next to the LogVolume's pod; or Spark on
+Kubernetes with the driver in the Job's pod).
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from .names import (
+    ANNOTATION_RESTART_HASH,
+    API_VERSION,
+    COMPACTIONJOB,
+    CONFIG_DIR,
+    CONFIG_FILE,
+    DATA_ROOT,
+    LABEL_COMPACTIONJOB,
+    LOGVOLUME,
+    SIDECAR_CONTAINER,
+    SPARK_CONTAINER,
+    TOKEN_DIR,
+    TOKEN_KEY,
+    batch_job_name,
+    claim_name,
+    configmap_name,
+    labels,
+    pod_name,
+    secret_name,
+    selector,
+    service_name,
+    statefulset_name,
+    volume_name,
+)
+from .spec import CompactionJobSpec, LogVolumeSpec, SparkSpec, VolumeSpec
+
+RUN_AS = 10001
+SHUTDOWN_GRACE_EXTRA_S = 5
+Obj = dict[str, Any]
+
+
+def owner_reference(kind: str, name: str, uid: str) -> Obj:
+    return {"apiVersion": API_VERSION, "kind": kind, "name": name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _meta(name: str, namespace: str, lv: str, component: str, owner: Obj | None) -> Obj:
+    meta: Obj = {"name": name, "namespace": namespace, "labels": labels(lv, component)}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return meta
+
+
+def pod_security_context() -> Obj:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> Obj:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def secret(lv: str, namespace: str, owner: Obj, token: str) -> Obj:
+    """The token Secret (``token`` comes from the caller: random, made once)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(secret_name(lv), namespace, lv, "token", owner),
+            "stringData": {TOKEN_KEY: token}}
+
+
+def configmap(lv: str, namespace: str, owner: Obj, config_text: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(configmap_name(lv), namespace, lv, "config", owner),
+            "data": {CONFIG_FILE: config_text}}
+
+
+def service(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec) -> Obj:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(service_name(lv), namespace, lv, "sidecar", owner),
+            "spec": {"clusterIP": "None", "selector": selector(lv), "publishNotReadyAddresses": False,
+                     "ports": [{"name": "http", "port": spec.sidecar.port, "targetPort": "http",
+                                "protocol": "TCP"}]}}
+
+
+def claim_for(lv: str, volume: VolumeSpec) -> str:
+    return volume.existing_claim or claim_name(lv, volume.id)
+
+
+def pvcs(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec) -> list[Obj]:
+    """Claims the operator makes (volumes with a size). deleteClaim: false -> no owner, so the
+    claim and its data outlive the LogVolume; existing claims are never touched."""
+    out = []
+    for v in spec.volumes:
+        if v.existing_claim:
+            continue
+        claim: Obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                      "metadata": _meta(claim_name(lv, v.id), namespace, lv, "data",
+                                        owner if v.delete_claim else None),
+                      "spec": {"accessModes": list(v.access_modes),
+                               "resources": {"requests": {"storage": v.size}}}}
+        if v.storage_class:
+            claim["spec"]["storageClassName"] = v.storage_class
+        out.append(claim)
+    return out
+
+
+def _sidecar_container(spec: LogVolumeSpec) -> Obj:
+    sc = spec.sidecar
+    mounts: list[Obj] = [{"name": volume_name(v.id), "mountPath": f"{DATA_ROOT}/{v.id}"} for v in spec.volumes]
+    mounts += [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+               {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
+               {"name": "tmp", "mountPath": "/tmp"}]
+    probe: Obj = {"httpGet": {"path": "/healthz", "port": "http"}}
+    container: Obj = {
+        "name": SIDECAR_CONTAINER,
+        "image": sc.image,
+        "imagePullPolicy": sc.pull_policy,
+        "args": ["sidecar", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "ports": [{"name": "http", "containerPort": sc.port, "protocol": "TCP"}],
+        "env": [{"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"}, {"name": "HOME", "value": "/tmp"},
+                *copy.deepcopy(sc.env)],
+        "volumeMounts": mounts,
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5,
+                           "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
+        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 60},
+        "securityContext": container_security_context(),
+    }
+    if sc.resources:
+        container["resources"] = copy.deepcopy(sc.resources)
+    return container
+
+
+def _app_container(raw: Mapping[str, Any], port: int) -> Obj:
+    """An application container: it reaches the sidecar on localhost, with the token mounted."""
+    c = copy.deepcopy(dict(raw))
+    env = [e for e in c.get("env", []) if e.get("name") not in ("LOGKEEPER_URL", "LOGKEEPER_TOKEN_FILE")]
+    c["env"] = [{"name": "LOGKEEPER_URL", "value": f"http://127.0.0.1:{port}"},
+                {"name": "LOGKEEPER_TOKEN_FILE", "value": f"{TOKEN_DIR}/{TOKEN_KEY}"}, *env]
+    mounts = [m for m in c.get("volumeMounts", []) if m.get("mountPath") != TOKEN_DIR]
+    c["volumeMounts"] = [*mounts, {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True}]
+    return c
+
+
+def statefulset(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec, restart_hash: str) -> Obj:
+    volumes: list[Obj] = [{"name": volume_name(v.id), "persistentVolumeClaim": {"claimName": claim_for(lv, v)}}
+                          for v in spec.volumes]
+    volumes += [
+        {"name": "config", "configMap": {"name": configmap_name(lv)}},
+        {"name": "token", "secret": {"secretName": secret_name(lv), "defaultMode": 0o440}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+    ]
+    grace = int(spec.sidecar.settings.get("shutdown.timeout.ms", 25000)) // 1000 + SHUTDOWN_GRACE_EXTRA_S
+    pod_labels = {**labels(lv, "sidecar"), **selector(lv)}
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(statefulset_name(lv), namespace, lv, "sidecar", owner),
+        "spec": {
+            "replicas": 1,
+            "serviceName": service_name(lv),
+            "selector": {"matchLabels": selector(lv)},
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": {ANNOTATION_RESTART_HASH: restart_hash}},
+                "spec": {
+                    "securityContext": pod_security_context(),
+                    "terminationGracePeriodSeconds": grace,
+                    "automountServiceAccountToken": False,
+                    "containers": [_sidecar_container(spec),
+                                   *(_app_container(c, spec.sidecar.port) for c in spec.containers)],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def compaction_job_manifest(name: str, namespace: str, lv: str, uid: str, cj: CompactionJobSpec,
+                            spark: SparkSpec, claim: str) -> Obj:
+    """The CompactionJob resource a sidecar's hand-off becomes (owned by its LogVolume)."""
+    return {"apiVersion": API_VERSION, "kind": COMPACTIONJOB,
+            "metadata": {**_meta(name, namespace, lv, "compaction", owner_reference(LOGVOLUME, lv, uid))},
+            "spec": {"logVolume": cj.log_volume, "topic": cj.topic, "partition": cj.partition,
+                     "volumeId": cj.volume_id, "logDir": cj.log_dir, "claimName": claim,
+                     "handOff": cj.hand_off, "args": list(cj.args), "staging": cj.staging,
+                     "mode": spark.mode, "timeoutSeconds": cj.timeout_seconds, "maxAttempts": cj.max_attempts}}
+
+
+def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: CompactionJobSpec, spark: SparkSpec,
+              claim: str) -> Obj:
+    """Attempt ``attempt`` of a CompactionJob: one pod running the sidecar's ``logkeeper
+    spark-compact`` arguments, with the volume mounted where the sidecar has it (the arguments'
+    paths hold there), no retries of its own (the CompactionJob counts attempts), bounded by
+    activeDeadlineSeconds."""
+    env: list[Obj] = [{"name": "HOME", "value": "/tmp"}, {"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"},
+                      {"name": "LOGKEEPER_SUBMISSION_ID", "value": batch_job_name(cj_name, attempt)}]
+    if spark.conf:
+        args = " ".join(f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(spark.conf.items()))
+        env.append({"name": "PYSPARK_SUBMIT_ARGS", "value": f"{args} pyspark-shell"})
+    container: Obj = {
+        "name": SPARK_CONTAINER,
+        "image": spark.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["logkeeper", *cj.args],
+        "env": env,
+        "volumeMounts": [{"name": "data", "mountPath": f"{DATA_ROOT}/{cj.volume_id}"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": container_security_context(),
+    }
+    if spark.resources:
+        container["resources"] = copy.deepcopy(spark.resources)
+    pod: Obj = {
+        "restartPolicy": "Never",
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}],
+    }
+    if spark.mode == "local":
+        # The claim is usually ReadWriteOnce: run on the node of the LogVolume's pod.
+        pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": selector(cj.log_volume)}, "topologyKey": "kubernetes.io/hostname"}]}}
+        pod["automountServiceAccountToken"] = False
+    elif spark.service_account:
+        pod["serviceAccountName"] = spark.service_account
+    name = batch_job_name(cj_name, attempt)
+    job_labels = {**labels(cj.log_volume, "compaction"), LABEL_COMPACTIONJOB: cj_name}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": job_labels,
+                     "ownerReferences": [owner_reference(COMPACTIONJOB, cj_name, cj_uid)]},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": cj.timeout_seconds,
+                 "template": {"metadata": {"labels": job_labels}, "spec": pod}},
+    }
+
+
+def sidecar_pod_name(lv: str) -> str:
+    return pod_name(lv)

@@ -1,0 +1,103 @@
+"""Names shared by the CRDs, the builders, the handlers and the chart."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "logkeeper.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+LOGVOLUME = "LogVolume"
+CLEANERPOLICY = "CleanerPolicy"
+COMPACTIONJOB = "CompactionJob"
+PLURALS = {LOGVOLUME: "logvolumes", CLEANERPOLICY: "cleanerpolicies", COMPACTIONJOB: "compactionjobs"}
+SHORT_NAMES = {LOGVOLUME: ["lv", "lvol"], CLEANERPOLICY: ["cp", "cpol"], COMPACTIONJOB: ["cj", "cjob"]}
+
+FIELD_MANAGER = "logkeeper-operator"
+
+# Labels on every child object (selectors use the first two).
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_LOGVOLUME = "logkeeper.io/logvolume"
+LABEL_COMPACTIONJOB = "logkeeper.io/compactionjob"
+
+# Pod template annotation: hash of everything the sidecar reads only at start; a change rolls the pod.
+ANNOTATION_RESTART_HASH = "logkeeper.io/restart-hash"
+ANNOTATION_PREFIX = "logkeeper.io"  # kopf's progress and diff-base annotations
+
+# Paths inside the pod.
+CONFIG_DIR = "/etc/logkeeper"
+CONFIG_FILE = "config.yaml"
+TOKEN_DIR = "/var/run/secrets/logkeeper"
+TOKEN_KEY = "token"
+DATA_ROOT = "/data"
+LOG_SUBDIR = "log"          # the log dir is /data/<volume id>/log (the mount root may hold lost+found)
+SIDECAR_CONTAINER = "sidecar"
+SPARK_CONTAINER = "spark-compact"
+DEFAULT_PORT = 8080
+
+_DNS_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """A DNS-1123 label made from ``text``; too long or altered names get a short hash suffix."""
+    clean = _DNS_BAD.sub("-", text.lower()).strip("-") or "x"
+    if clean == text and len(clean) <= limit:
+        return clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{clean[: limit - 9].rstrip('-')}-{digest}"
+
+
+def statefulset_name(lv: str) -> str:
+    return lv
+
+
+def pod_name(lv: str) -> str:
+    return f"{statefulset_name(lv)}-0"
+
+
+def configmap_name(lv: str) -> str:
+    return f"{lv}-config"
+
+
+def secret_name(lv: str) -> str:
+    return f"{lv}-token"
+
+
+def service_name(lv: str) -> str:
+    return lv
+
+
+def claim_name(lv: str, volume_id: str) -> str:
+    return f"{lv}-{volume_id}"
+
+
+def volume_name(volume_id: str) -> str:
+    return f"data-{volume_id}"
+
+
+def log_dir(volume_id: str) -> str:
+    return f"{DATA_ROOT}/{volume_id}/{LOG_SUBDIR}"
+
+
+def compaction_job_name(lv: str, topic: str, partition: int, hand_off: str) -> str:
+    """One CompactionJob per hand-off of the sidecar: the same hand-off seen again maps to the same
+    name (its attempt id is random, 12 hex digits or more)."""
+    return dns_label(f"{lv}-{topic}-{partition}-{hand_off[:12]}", 253)
+
+
+def batch_job_name(cj: str, attempt: int) -> str:
+    return dns_label(f"{cj}-a{attempt}", 63)
+
+
+def labels(lv: str, component: str) -> dict[str, str]:
+    return {LABEL_NAME: "logkeeper", LABEL_INSTANCE: lv, LABEL_COMPONENT: component,
+            LABEL_MANAGED_BY: FIELD_MANAGER, LABEL_LOGVOLUME: lv}
+
+
+def selector(lv: str) -> dict[str, str]:
+    return {LABEL_NAME: "logkeeper", LABEL_INSTANCE: lv, LABEL_COMPONENT: "sidecar"}

@@ -1,0 +1,72 @@
+"""HTTP calls from the operator to a sidecar (API: logkeeper/server/http_api.py).
+
+Reads (``/v1/status``, ``/v1/topics``) need no token; changes carry the LogVolume's bearer token
+(its Secret). Every call is bounded by TIMEOUT_S; a failure raises SidecarError with the HTTP
+status (0 when the sidecar did not answer).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+TIMEOUT_S = 10.0
+
+
+class SidecarError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status or 'no answer'}: {message}")
+        self.status = status
+        self.message = message
+
+
+class SidecarClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token and method != "GET":
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            text = e.read()[:1000].decode(errors="replace")
+            try:
+                detail = json.loads(text).get("error", {}).get("message") or text
+            except (ValueError, AttributeError):
+                detail = text
+            raise SidecarError(e.code, detail) from None
+        except (OSError, TimeoutError) as e:
+            raise SidecarError(0, str(getattr(e, "reason", e))) from None
+        return json.loads(raw) if raw else None
+
+    def status(self) -> dict[str, Any]:
+        doc = self._call("GET", "/v1/status")
+        if not isinstance(doc, dict):
+            raise SidecarError(200, "/v1/status did not answer an object")
+        return doc
+
+    def topics(self) -> list[dict[str, Any]]:
+        doc = self._call("GET", "/v1/topics")
+        items = doc.get("topics", []) if isinstance(doc, dict) else doc
+        return [t for t in items or [] if isinstance(t, dict)]
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, Any]) -> None:
+        self._call("POST", "/v1/topics", {"name": name, "partitions": partitions, "configs": configs})
+
+    def add_partitions(self, topic: str, count: int) -> None:
+        self._call("POST", f"/v1/topics/{quote(topic)}/partitions", {"count": count})
+
+    def put_configs(self, topic: str, configs: dict[str, Any]) -> None:
+        self._call("PUT", f"/v1/topics/{quote(topic)}/configs", {"configs": configs})

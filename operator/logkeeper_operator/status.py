@@ -1,0 +1,185 @@
+"""The LogVolume status model: a sidecar's ``/v1/status`` (logkeeper/server/status.py) and the
+pod's state in, the resource's status and the events of its state changes out. Pure: the time is
+passed in.
+
+    status:
+      observedGeneration: 3
+      conditions:            Ready, Cleaning, Degraded: {type, status, reason, message, lastTransitionTime}
+      summary:               {partitions, compacted, cleaning, maxDirtyRatio, backlogs, offlineDirs,
+                              uncleanable, sizeBytes}  (the printer columns read these)
+      cleaningState:         "idle" | "cleaning N/M" | "unknown"
+      partitions:            [{partition: "topic-0", logDir, sizeBytes, logStartOffset, logEndOffset,
+                               dirtyRatio, cleaningState, lastCleanedMs, uncleanable, backlog}]
+                             (the first MAX_PARTITIONS_LISTED; partitionsTruncated says when more)
+      offlineDirs:           [{path, error}]
+      uncleanablePartitions: [{partition, reason, failures}]
+      backlogs:              [{partition, logDir, firstDirtyOffset, estimatedKeys, passes, dirtyBytes,
+                               recopiedBytes}]
+
+Conditions keep their lastTransitionTime while their status stays the same; each change of a
+condition's status or reason is one event (Warning for Ready=False and Degraded=True, Normal otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_PARTITIONS_LISTED = 200
+READY, CLEANING, DEGRADED = "Ready", "Cleaning", "Degraded"
+CONDITION_TYPES = (READY, CLEANING, DEGRADED)
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What the operator read of the sidecar's pod (None fields: no pod yet)."""
+
+    exists: bool
+    phase: str | None = None
+    ready: bool = False
+    ip: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+    return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]],
+                     now: str) -> tuple[list[dict[str, Any]], list[Event]]:
+    """New conditions with lastTransitionTime carried over while the status is unchanged, and one
+    event per condition whose status changed."""
+    before = {c.get("type"): c for c in (old or [])}
+    out, events = [], []
+    for c in new:
+        prev = before.get(c["type"])
+        changed = prev is None or prev.get("status") != c["status"]
+        since = now if changed or prev is None or not prev.get("lastTransitionTime") else prev["lastTransitionTime"]
+        out.append({**c, "lastTransitionTime": since})
+        quiet_start = prev is None and c["status"] == "False" and c["type"] != READY
+        if (changed or prev is None or prev.get("reason") != c["reason"]) and not quiet_start:
+            bad = (c["type"] == READY and c["status"] == "False") or (c["type"] == DEGRADED and c["status"] == "True")
+            events.append(Event("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: "
+                                f"{c['message']}"))
+    kept = [c for t, c in before.items() if t not in {x["type"] for x in new}]
+    return [*out, *[dict(c) for c in kept]], events
+
+
+def _name(p: Mapping[str, Any]) -> str:
+    return f"{p['topic']}-{p['partition']}"
+
+
+def _present(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` without its None values: in a merge patch a null deletes the key, so the stored
+    status would never equal the patch (kopf logs each such patch as inconsistent)."""
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _partition_entry(p: Mapping[str, Any]) -> dict[str, Any]:
+    last = p.get("last_round") or {}
+    unc = p.get("uncleanable")
+    return _present({
+        "partition": _name(p),
+        "logDir": p.get("log_dir"),
+        "sizeBytes": p.get("size_bytes", 0),
+        "logStartOffset": p.get("log_start_offset"),
+        "logEndOffset": p.get("log_end_offset"),
+        "compacted": bool(p.get("compacted")),
+        "dirtyRatio": p.get("dirty_ratio"),
+        "cleaningState": p.get("cleaning_state") or "none",
+        "lastCleanedMs": last.get("finished_ms"),
+        "uncleanable": unc.get("reason") if unc else None,
+        "backlog": bool(p.get("backlog")),
+    })
+
+
+def _backlog_entry(p: Mapping[str, Any]) -> dict[str, Any]:
+    d = p.get("backlog_detail") or {}
+    return _present({"partition": _name(p), "logDir": p.get("log_dir"),
+                     "firstDirtyOffset": d.get("first_dirty_offset"), "estimatedKeys": d.get("estimated_keys"),
+                     "passes": d.get("passes"), "dirtyBytes": d.get("dirty_bytes"),
+                     "recopiedBytes": d.get("recopied_bytes")})
+
+
+def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
+    if not pod.exists:
+        return condition(READY, False, "PodMissing", "the sidecar's pod does not exist yet")
+    if pod.phase != "Running":
+        return condition(READY, False, "PodNotRunning", f"the pod is {pod.phase or 'pending'}"
+                         + (f": {pod.message}" if pod.message else ""))
+    if sidecar is None:
+        return condition(READY, False, "SidecarUnreachable", f"/v1/status: {error or 'no answer'}")
+    if not sidecar.get("ready"):
+        return condition(READY, False, "SidecarStarting", "the sidecar is recovering its logs")
+    return condition(READY, True, "SidecarReady", "the sidecar serves its logs")
+
+
+def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: int | None,
+                 old_conditions: Sequence[Mapping[str, Any]] | None, now: str,
+                 error: str | None = None) -> tuple[dict[str, Any], list[Event]]:
+    """The status patch and the events to raise. ``sidecar``: the /v1/status document, or None
+    when it could not be read (``error`` says why)."""
+    ready = _ready(pod, sidecar, error)
+    status: dict[str, Any] = {"observedGeneration": generation}
+    if sidecar is None:
+        cleaning = condition(CLEANING, False, "Unknown", "no status from the sidecar")
+        degraded = condition(DEGRADED, False, "Unknown", "no status from the sidecar")
+        status["cleaningState"] = "unknown"
+    else:
+        parts = [p for p in sidecar.get("partitions", []) if isinstance(p, Mapping)]
+        dirs = [d for d in sidecar.get("log_dirs", []) if isinstance(d, Mapping)]
+        offline = [{"path": d.get("path"), "error": d.get("error")} for d in dirs if not d.get("online", True)]
+        unclean = [{"partition": _name(p), "reason": p["uncleanable"].get("reason"),
+                    "failures": p["uncleanable"].get("failures")} for p in parts if p.get("uncleanable")]
+        backlogs = [_backlog_entry(p) for p in parts if p.get("backlog")]
+        active = [_name(p) for p in parts if p.get("cleaning_state") == "in-progress"]
+        compacted = [p for p in parts if p.get("compacted")]
+        ratios = [float(p["dirty_ratio"]) for p in parts if p.get("dirty_ratio") is not None]
+        cleaner = sidecar.get("cleaner") or {}
+        threads, alive = cleaner.get("threads"), cleaner.get("alive_threads")
+        status.update({
+            "summary": {"partitions": len(parts), "compacted": len(compacted), "cleaning": len(active),
+                        "maxDirtyRatio": f"{max(ratios):.2f}" if ratios else "-",
+                        "backlogs": len(backlogs), "offlineDirs": len(offline), "uncleanable": len(unclean),
+                        "sizeBytes": sum(int(p.get("size_bytes") or 0) for p in parts)},
+            "cleaningState": f"cleaning {len(active)}/{len(compacted)}" if active else "idle",
+            "partitions": [_partition_entry(p) for p in parts[:MAX_PARTITIONS_LISTED]],
+            "partitionsTruncated": len(parts) > MAX_PARTITIONS_LISTED,
+            "offlineDirs": offline,
+            "uncleanablePartitions": unclean,
+            "backlogs": backlogs,
+        })
+        cleaning = (condition(CLEANING, True, "CleaningInProgress", "cleaning " + ", ".join(active[:10]))
+                    if active else condition(CLEANING, False, "Idle", "no partition is being cleaned"))
+        problems = []
+        if offline:
+            problems.append(("OfflineDirectories", "offline: " + ", ".join(str(d["path"]) for d in offline)))
+        if unclean:
+            problems.append(("UncleanablePartitions",
+                             "uncleanable: " + ", ".join(f"{u['partition']} ({u['reason']})" for u in unclean[:5])))
+        if isinstance(threads, int) and isinstance(alive, int) and alive < threads:
+            problems.append(("CleanerThreadsDied", f"{alive} of {threads} cleaner threads alive"))
+        degraded = (condition(DEGRADED, True, problems[0][0], "; ".join(m for _, m in problems)) if problems
+                    else condition(DEGRADED, False, "Healthy", "every log directory is online and every log cleanable"))
+    conditions, events = merge_conditions(old_conditions, [ready, cleaning, degraded], now)
+    status["conditions"] = conditions
+    return status, events
+
+
+def invalid_status(field_message: str, generation: int | None, old_conditions: Sequence[Mapping[str, Any]] | None,
+                   now: str, reason: str = "InvalidSpec") -> tuple[dict[str, Any], list[Event]]:
+    """Ready=False for a spec the operator refuses; the other conditions are left as they were."""
+    conditions, events = merge_conditions(old_conditions, [condition(READY, False, reason, field_message)], now)
+    return {"observedGeneration": generation, "conditions": conditions}, events
+
+
+def is_ready(conditions: Sequence[Mapping[str, Any]] | None) -> bool:
+    return any(c.get("type") == READY and c.get("status") == "True" for c in conditions or [])

@@ -1,0 +1,22 @@
+"""logkeeper.cleaner: Kafka's log compaction (LogCleaner, LogCleanerManager, Cleaner), exact, compiled.
+
+Modules, one job each:
+
+- config.py        CleanerConfig: the ``log.cleaner.*`` keys, Kafka's defaults
+- siphash.py       the keyed 128-bit key hash (SipHash-1-3-128) used instead of MD5
+- offset_map.py    OffsetMap (the interface) and SipHashOffsetMap (24-byte slots, numba probes)
+- segment_view.py  a segment mapped whole, its batch headers, windows and record areas
+- map_kernel.py    compiled loop filling the map    | map_builder.py  building a round's map
+- filter_kernels.py compiled record decisions and batch output | filter.py  one segment's copy
+- txn.py           transaction state while walking a log (aborted data, markers)
+- producers.py     the producers still active, whose last batch must stay
+- grouping.py      grouping segments into the segments that replace them
+- cleaner.py       one round on one log, and the crash-safe swap of each group
+- selection.py     cleanable ranges, LogToClean, dirty ratio, compaction delay
+- states.py        cleaning states; manager.py: states, checkpoints, choice, uncleanable retries
+- throttler.py     I/O throttling; worker.py: a cleaner's loop and thread
+- log_cleaner.py   LogCleaner: threads, LogManager hooks, metrics (metrics.py)
+- backlog.py       marking logs too big for one map, with a HyperLogLog key count
+- stats.py         round statistics and Kafka's stats line
+- clean_command.py ``logkeeper clean LOG_DIR``; testing.py: helpers for tests and benchmarks
+"""

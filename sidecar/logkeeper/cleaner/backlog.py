@@ -1,0 +1,129 @@
+"""Compaction backlogs: logs whose dirty section holds more distinct keys than one offset map.
+
+Such a log is cleaned in several rounds, and every round recopies the whole clean section
+before it, so the work grows with (clean bytes) x (rounds). Kafka just keeps going; logkeeper
+goes on too, but marks the log as a backlog so that a later stage (a Spark job) can compact it
+in one pass with exact keys.
+
+After the first round whose map filled before the end of the dirty section, the distinct keys
+of the whole dirty section are counted with a HyperLogLog sketch (one more hashing pass over the
+dirty section, compiled; 2^14 one-byte registers, about 1% standard error)::
+
+    estimated keys    = HyperLogLog count of the keys of the data records in [first dirty,
+                        first uncleanable) (control batches skipped; aborted data counted too)
+    passes            = ceil(estimated keys / keys one map holds)
+    dirty bytes       = bytes of the dirty section
+    recopied bytes    = (passes - 1) x (clean bytes + dirty bytes): what the remaining rounds read
+                        again
+
+HyperLogLog (Flajolet et al.): register = the top 14 bits of the key's 64-bit SipHash, value = 1
++ the leading zeros of the remaining bits; estimate = 0.7213 / (1 + 1.079 / m) x m^2 /
+sum(2^-register), or m ln(m / empty registers) while that is below 2.5 m. The mark stays while the
+log's rounds remain partial, and is dropped once a round maps the whole dirty section.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from ..log.log import Log
+from ..log.names import TopicPartition
+from ..records.scan_kernels import _varint, _varlong
+from .segment_view import SegmentView, record_areas
+from .siphash import key_hash, new_secret
+
+HLL_BITS = 14
+CONTROL = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    topic_partition: TopicPartition
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    estimated_keys: int
+    map_keys: int
+    passes: int
+    dirty_bytes: int
+    clean_bytes: int
+    recopied_bytes: int
+    marked_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["topic_partition"] = str(self.topic_partition)
+        return out
+
+
+@njit(cache=True, nogil=True)
+def _sketch_kernel(buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, skip, start,  # type: ignore[no-untyped-def]
+                   end, k0, k1, registers):
+    shift = np.uint64(64 - HLL_BITS)
+    top = np.uint64(1) << np.uint64(63)
+    for r in range(area_start.shape[0]):
+        if skip[r]:
+            continue
+        src = dbuf if in_dbuf[r] else buf
+        p = area_start[r]
+        e = area_end[r]
+        for _j in range(record_count[r]):
+            if p >= e:
+                break
+            length, q, _err = _varint(src, p, e)
+            rec_end = q + length
+            _ts, q, _err = _varlong(src, q + 1, rec_end)
+            delta, q, _err = _varint(src, q, rec_end)
+            key_len, q, _err = _varint(src, q, rec_end)
+            offset = base_offset[r] + delta
+            if key_len >= 0 and start <= offset < end and q + key_len <= rec_end:
+                h1, _h2 = key_hash(src, q, key_len, k0, k1)
+                h = np.uint64(h1)
+                index = h >> shift
+                w = (h << np.uint64(HLL_BITS)) | (np.uint64(1) << np.uint64(HLL_BITS - 1))
+                rank = 1
+                while (w & top) == np.uint64(0):
+                    rank += 1
+                    w <<= np.uint64(1)
+                if rank > registers[index]:
+                    registers[index] = rank
+            p = rec_end
+
+
+def estimate_distinct_keys(log: Log, start: int, end: int) -> int:
+    """HyperLogLog estimate of the distinct keys of the data records in [start, end)."""
+    registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
+    k0, k1 = new_secret()
+    for seg in log.segments.values(start, end):
+        with SegmentView(seg, seg.offset_index.lookup(start).position) as view:
+            t = view.table
+            for lo, hi in view.windows(16 * 1024 * 1024):
+                skip = (t.attributes[lo:hi] & CONTROL) != 0
+                areas = record_areas(view, lo, hi, skip=skip)
+                _sketch_kernel(view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
+                               t.base_offset[lo:hi], skip, start, end, k0, k1, registers)
+    m = float(registers.shape[0])
+    estimate = 0.7213 / (1 + 1.079 / m) * m * m / float(np.sum(np.exp2(-registers.astype(np.float64))))
+    empty = int(np.count_nonzero(registers == 0))
+    if estimate <= 2.5 * m and empty:
+        estimate = m * math.log(m / empty)
+    return round(estimate)
+
+
+def estimate_backlog(log: Log, *, first_dirty: int, first_uncleanable: int, end_offset: int,
+                     map_keys: int, map_max_entries: int, clean_bytes: int, dirty_bytes: int,
+                     now_ms: int, previous: Backlog | None = None) -> Backlog | None:
+    """The backlog mark after a round that stopped at ``end_offset``: None when the round covered
+    the whole dirty section; ``previous`` (the mark of an earlier partial round) is kept."""
+    if end_offset >= first_uncleanable or map_keys <= 0:
+        return None
+    if previous is not None:
+        return previous
+    keys = max(map_keys, estimate_distinct_keys(log, first_dirty, first_uncleanable))
+    passes = max(1, math.ceil(keys / max(1, map_max_entries)))
+    return Backlog(log.topic_partition, first_dirty, first_uncleanable, keys, map_keys, passes, dirty_bytes,
+                   clean_bytes, (passes - 1) * (clean_bytes + dirty_bytes), now_ms)

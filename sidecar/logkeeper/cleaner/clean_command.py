@@ -1,0 +1,145 @@
+"""``logkeeper clean LOG_DIR [--config key=value ...]``: compact every partition of a log directory.
+
+Opens each partition directory of LOG_DIR as a Log (with the log start offsets and recovery
+points of the directory's checkpoint files when present; a directory without
+``.kafka_cleanshutdown`` is recovered from its recovery points first), runs cleaning rounds
+until no log is cleanable, printing Kafka's stats line for each round, and leaves the logs
+closed: flushed, ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+``cleaner-offset-checkpoint`` written, the replaced segments' ``.deleted`` files removed.
+
+Configuration: ``--config`` takes cleaner keys (``log.cleaner.threads`` ...,
+``producer.id.expiration.ms``: cleaner/config.py), broker defaults of topic keys
+(``log.cleaner.min.cleanable.ratio``, ``log.cleaner.delete.retention.ms``, ``message.max.bytes``
+...: log/manager_config.py) and topic keys (``min.cleanable.dirty.ratio``, ``delete.retention.ms``,
+``segment.bytes`` ...), applied to every partition; a topic key wins over its broker default. Unlike a broker, which
+knows each topic's policy, the command treats every partition as ``cleanup.policy=compact``
+unless told otherwise. Kafka's rules are otherwise unchanged: the active (last) segment is never
+cleaned, nor anything at or above the last stable offset, and a log is cleaned only while its
+dirty ratio exceeds min.cleanable.dirty.ratio (pass ``min.cleanable.dirty.ratio=0`` to clean
+whatever is dirty).
+
+Exit status: 0 when every chosen log was cleaned; 1 when some partition failed (one line names
+it and the error; the others are still cleaned); 2 for a bad argument or directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import InvalidConfigError, LogkeeperError
+from ..log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from ..log.log import Log
+from ..log.log_config import TOPIC_SETTINGS, LogConfig
+from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, ManagerConfig
+from ..log.names import DELETED_SUFFIX, PartitionDirName, TopicPartition
+from .backlog import Backlog
+from .config import CLEANER_SETTINGS, CleanerConfig
+from .log_cleaner import LogCleaner
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+MAX_ROUNDS = 1_000_000  # a bound on the loop; every round moves a checkpoint forward
+
+_LOG = logging.getLogger(__name__)
+
+
+def split_overrides(overrides: Mapping[str, str]) -> tuple[CleanerConfig, LogConfig]:
+    """Cleaner config and the topic config every partition gets, from ``--config`` pairs."""
+    cleaner_props: dict[str, Any] = {}
+    broker_props: dict[str, Any] = {}
+    topic_props: dict[str, Any] = {"cleanup.policy": "compact"}
+    for key, value in overrides.items():
+        if key in CLEANER_SETTINGS.by_key:
+            cleaner_props[key] = value
+        elif key in BROKER_LOG_DEFAULT_SETTINGS.by_key:
+            broker_props[key] = value
+        elif key in TOPIC_SETTINGS.by_key:
+            topic_props[key] = value
+        else:
+            raise InvalidConfigError(f"unknown config key {key!r}: not a cleaner, broker or topic key")
+    defaults = ManagerConfig.from_props(broker_props).default_log_config
+    return CleanerConfig.from_props(cleaner_props), defaults.with_overrides(topic_props)
+
+
+def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> dict[TopicPartition, Log]:
+    starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+    recovery = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+    clean = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+    logs: dict[TopicPartition, Log] = {}
+    try:
+        for path in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+            try:
+                parsed = PartitionDirName.parse(path.name)
+            except ValueError:
+                continue
+            if parsed.kind:
+                continue  # -delete, -stray and -future directories are not live partitions
+            tp = parsed.topic_partition
+            logs[tp] = Log(path, config, log_start_offset=starts.get(tp, 0),
+                           recovery_point=recovery.get(tp, 0), had_clean_shutdown=clean, clock_ms=clock_ms)
+    except BaseException:
+        for log in logs.values():
+            log.close()
+        raise
+    return logs
+
+
+def close_logs(log_dir: Path, logs: Mapping[TopicPartition, Log]) -> None:
+    for log in logs.values():
+        log.flush()
+    OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+        {tp: log.recovery_point for tp, log in logs.items()})
+    OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+        {tp: log.log_start_offset for tp, log in logs.items()})
+    for log in logs.values():
+        log.close()
+        for leftover in log.dir.glob(f"*{DELETED_SUFFIX}"):
+            leftover.unlink(missing_ok=True)  # replaced segments: no reader is left offline
+
+
+def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int]) -> int:
+    log_dir = Path(log_dir)
+    if not log_dir.is_dir():
+        out.write(f"logkeeper clean: {log_dir} is not a directory\n")
+        return 2
+    try:
+        cleaner_config, topic_config = split_overrides(overrides)
+    except InvalidConfigError as e:
+        out.write(f"logkeeper clean: {e}\n")
+        return 2
+    try:
+        logs = open_logs(log_dir, topic_config, clock_ms)
+    except (LogkeeperError, OSError) as e:
+        out.write(f"logkeeper clean: cannot open the logs of {log_dir}: {e}\n")
+        return 2
+    failed: dict[TopicPartition, str] = {}
+    backlogs: dict[TopicPartition, Backlog] = {}
+    try:
+        def print_stats(text: str) -> None:
+            out.write(text)
+
+        cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
+                             message_max_bytes=topic_config.max_message_bytes)
+        worker = cleaner.new_worker(0)
+        for _ in range(MAX_ROUNDS):
+            cleaned = worker.try_clean_filthiest_log()
+            failure = worker.last_failure
+            if failure is not None:
+                failed[failure.log.topic_partition] = str(failure)
+                out.write(f"logkeeper clean: {failure.log.dir}: {failure}\n")
+            for tp, mark in cleaner.manager.backlogs().items():
+                backlogs.setdefault(tp, mark)  # the first estimate, made when the dirty section was whole
+            if not cleaned and failure is None:
+                break
+        _report_backlogs(backlogs, out)
+    finally:
+        close_logs(log_dir, logs)
+    return 1 if failed else 0
+
+
+def _report_backlogs(backlogs: Mapping[TopicPartition, Backlog], out: TextIO) -> None:
+    for tp, b in sorted(backlogs.items(), key=lambda kv: str(kv[0])):
+        out.write(f"backlog {tp}: about {b.estimated_keys:,} distinct keys in {b.dirty_bytes:,} dirty bytes, more than "
+                  f"one offset map holds ({b.map_keys:,}): at least {b.passes} passes\n")

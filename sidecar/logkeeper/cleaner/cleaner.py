@@ -1,0 +1,143 @@
+"""Cleaning one log, one round (Kafka's Cleaner).
+
+A round (``do_clean``):
+
+1. build the offset map of the dirty section [first dirty, first uncleanable) (map_builder.py);
+   the round ends at the map's latest offset + 1 (``end_offset``: all of the dirty section, or
+   less when the map filled);
+2. group the segments from the log start up to ``end_offset`` (grouping.py);
+3. clean each group into one new segment and swap it in for the group (``clean_segments``).
+
+Replacing a group, crash-safely (the numbered steps of log/replace.py, via Log.replace_segments):
+
+1. ``written``: the group's batches are in ``<first base>.log.cleaned`` (and its
+   ``.index.cleaned``, ``.timeindex.cleaned``, ``.txnindex.cleaned``), indexes trimmed, fsynced,
+   modification time set to the group's last segment's;
+2. ``swapped`` (``.cleaned`` -> ``.swap``), 3. ``old-deleted`` (old segments -> ``.deleted``),
+4. ``renamed`` (``.swap`` dropped): see log/replace.py. The loader finishes or rolls back an
+   interrupted replacement on the next load; ``crash_hook(step)`` runs after each step.
+
+An abort (``check_done`` raising LogCleaningAbortedError), an error or a crash before step 1
+leaves the old segments untouched; the cleaner removes its ``.cleaned`` files itself (Kafka
+does on abort only; the loader removes any left by a crash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..log.log import Log
+from ..log.names import TopicPartition
+from ..log.replace import CrashHook
+from ..log.segment import LogSegment
+from .filter import SegmentFilter
+from .grouping import group_segments_by_size
+from .map_builder import MapBuilder
+from .offset_map import SipHashOffsetMap
+from .producers import last_records_of_active_producers
+from .selection import LogToClean
+from .stats import CleanerStats, MonotonicMs, monotonic_ms
+from .throttler import Throttler
+from .txn import CleanedTransactionMetadata, collect_aborted
+
+CheckDone = Callable[[TopicPartition], None]
+
+
+def _never_done(_tp: TopicPartition) -> None:
+    return None
+
+
+class Cleaner:
+    def __init__(
+        self,
+        cleaner_id: int,
+        offset_map: SipHashOffsetMap,
+        *,
+        io_buffer_size: int = 256 * 1024,
+        max_io_buffer_size: int = 1048588,
+        load_factor: float = 0.9,
+        throttler: Throttler | None = None,
+        clock_ms: Callable[[], int],
+        stats_clock_ms: MonotonicMs = monotonic_ms,
+        check_done: CheckDone = _never_done,
+        producer_expiration_ms: int = 86_400_000,
+        crash_hook: CrashHook | None = None,
+    ) -> None:
+        if offset_map.capacity_slots * load_factor <= 1:
+            raise ValueError("offset map is too small to fit in even a single message, so log cleaning will "
+                             "never make progress: raise log.cleaner.dedupe.buffer.size or lower "
+                             "log.cleaner.threads")
+        self.id = cleaner_id
+        self.offset_map = offset_map
+        self.io_buffer_size = io_buffer_size
+        self.max_io_buffer_size = max_io_buffer_size
+        self.load_factor = load_factor
+        self.throttler = throttler
+        self.clock_ms = clock_ms
+        self.stats_clock_ms = stats_clock_ms
+        self.check_done = check_done
+        self.producer_expiration_ms = producer_expiration_ms
+        self.crash_hook = crash_hook
+
+    # ------------------------------------------------------------------ a round
+    def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
+        return self.do_clean(cleanable, self.clock_ms())
+
+    def do_clean(self, cleanable: LogToClean, now_ms: int) -> tuple[int, CleanerStats]:
+        """Clean the log of ``cleanable``; return the first offset not cleaned and the stats."""
+        log = cleanable.log
+        stats = CleanerStats(self.stats_clock_ms)
+        upper_bound = cleanable.first_uncleanable_offset
+        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound, self.offset_map, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        stats.index_done()
+        txns = CleanedTransactionMetadata()
+        groups = group_segments_by_size(log.segments.values(0, end_offset), log.config.segment_bytes,
+                                        log.config.max_index_size, upper_bound)
+        for group in groups:
+            self.clean_segments(log, group, self.offset_map, now_ms, stats, txns, upper_bound)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.all_done()
+        return end_offset, stats
+
+    def build_offset_map(self, log: Log, start: int, end: int, offset_map: SipHashOffsetMap,
+                         stats: CleanerStats) -> None:
+        builder = MapBuilder(io_buffer_size=self.io_buffer_size, max_io_buffer_size=self.max_io_buffer_size,
+                             load_factor=self.load_factor, check_done=self._checker(log),
+                             throttler=self.throttler)
+        builder.build(log, start, end, offset_map, stats)
+
+    def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap,
+                       now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata,
+                       upper_bound: int) -> None:
+        """Clean ``segments`` into one segment and swap it in for them."""
+        cleaned = log.new_cleaned_segment(segments[0].base_offset)
+        txns.cleaned_index = cleaned.txn_index
+        swapping = False
+        try:
+            # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
+            last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
+            filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
+                                 check_done=self._checker(log), throttler=self.throttler)
+            for i, seg in enumerate(segments):
+                upper = segments[i + 1].base_offset if i + 1 < len(segments) else seg.read_next_offset()
+                txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))
+                filt.clean_into(log, seg, cleaned, offset_map, txns, last_records, upper_bound, stats)
+            cleaned.on_become_inactive()
+            cleaned.flush()
+            cleaned.set_last_modified_ms(segments[-1].last_modified_ms)
+            swapping = True  # from here a failure is a crash between replace.py's steps
+            log.replace_segments([cleaned], segments, crash_hook=self.crash_hook)
+        except BaseException:
+            if not swapping:
+                cleaned.delete_if_exists()
+            raise
+
+    def group_segments_by_size(self, segments: Sequence[LogSegment], max_size: int, max_index_size: int,
+                               first_uncleanable_offset: int) -> list[list[LogSegment]]:
+        return group_segments_by_size(segments, max_size, max_index_size, first_uncleanable_offset)
+
+    def _checker(self, log: Log) -> Callable[[], None]:
+        tp = log.topic_partition
+        check = self.check_done
+        return lambda: check(tp)

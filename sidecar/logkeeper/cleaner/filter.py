@@ -1,0 +1,259 @@
+"""Copying one source segment into a cleaned segment (Kafka's Cleaner.cleanInto + MemoryRecords.filterTo).
+
+Per batch, in offset order (vectorised over the header columns; transactional and control
+batches also go through txn.py, one Python step each):
+
+1. ``can_discard``: aborted transactional data, or a marker whose transaction left no data
+   (txn.py). A control batch's records are discarded when it can be discarded and its delete
+   horizon has passed; a data batch's when it can be discarded.
+2. Retention of the batch: kept even if empty (a header-only batch) when it holds the last data
+   offset of an active producer, or is the marker carrying an active producer's epoch when that
+   producer has no data batch of it (producers.py), or when it ends exactly at the round's upper
+   bound; otherwise deleted without reading when its records are discarded, else dropped if it
+   ends up empty.
+3. Its records are kept or not by the rules of filter_kernels.decide_kernel, asking the offset
+   map (``SipHashOffsetMap``) or, for a round whose keys were grouped exactly elsewhere (the Spark
+   job), ``ExactDecisions`` (exact.py) which offset is the latest of a key.
+4. Output: the original bytes when every record stayed and nothing needs a delete horizon;
+   otherwise the batch rebuilt (same base offset, last offset, producer fields, leader epoch,
+   codec) from its kept records, stamped with ``now + delete.retention.ms`` as its delete horizon
+   when it keeps a tombstone or is a marker whose transaction left no data and has no horizon
+   yet; a header-only batch when nothing stayed but the batch must; nothing otherwise.
+
+Byte-for-byte notes: an original batch is copied as is; a rebuilt record copies its key, value and
+headers bytes verbatim (what Kafka's re-encoding writes when the source varints are minimal, as
+every Kafka writer emits them); a rebuilt compressed batch is compressed by records/compression.py
+(a block Kafka reads; not necessarily the bytes Java's compressor libraries would produce).
+
+Every source batch's CRC is checked before use (Kafka does not; a corrupt batch stops the round
+instead of being copied). Written headers get their CRC here (CRC-32C from byte 21); rebuilt
+compressed batches are compressed here. Windows of at most WINDOW_BYTES source bytes are
+appended to the destination one at a time, after an abort check (``check_done``) and through
+the throttler.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import crc32c
+import numpy as np
+
+from ..log.log import Log
+from ..log.segment import AppendedBatch, LogSegment
+from ..records.compression import Codec, compress
+from ..records.crc_kernels import HAVE_HW_CRC
+from ..records.scan import BatchTable, walk_error
+from . import filter_kernels as fk
+from .exact import ExactDecisions
+from .offset_map import SipHashOffsetMap
+from .producers import LastRecord
+from .segment_view import SegmentView, record_areas
+from .stats import CleanerStats
+from .throttler import Throttler
+from .txn import CleanedTransactionMetadata, control_type_of
+
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+DELETE_HORIZON = 0x40
+LOG_APPEND_TIME = 0x08
+WINDOW_BYTES = 16 * 1024 * 1024
+_BE32 = struct.Struct(">i")
+_BEU32 = struct.Struct(">I")
+_NO_TABLE = np.full((1, 3), -1, dtype=np.int64)
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+
+KeyDecisions = SipHashOffsetMap | ExactDecisions
+
+
+class SegmentFilter:
+    def __init__(self, *, now_ms: int, delete_retention_ms: int, check_done: Callable[[], None],
+                 throttler: Throttler | None = None) -> None:
+        self.now_ms = now_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.check_done = check_done
+        self.throttler = throttler
+
+    def clean_into(self, log: Log | None, source: LogSegment, dest: LogSegment, offset_map: KeyDecisions,
+                   txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
+                   upper_bound: int, stats: CleanerStats) -> None:
+        with SegmentView(source) as view:
+            if view.count == 0:
+                return
+            mode, marker_for_empty_txn, retain_empty = self._batch_modes(view, txns, last_records, upper_bound)
+            for lo, hi in view.windows(WINDOW_BYTES):
+                self.check_done()
+                view.ensure_crcs(lo, hi)
+                self._clean_window(view, lo, hi, mode[lo:hi], marker_for_empty_txn[lo:hi], retain_empty[lo:hi],
+                                   dest, offset_map, stats)
+
+    # ------------------------------------------------------------------ batch decisions
+    def _batch_modes(self, view: SegmentView, txns: CleanedTransactionMetadata,
+                     last_records: dict[int, LastRecord],
+                     upper_bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = view.table
+        attrs = t.attributes.astype(np.int64)
+        is_control = (attrs & CONTROL) != 0
+        can_discard = self.read_transactions(view, txns)
+        has_horizon = (attrs & DELETE_HORIZON) != 0
+        horizon_passed = has_horizon & (t.base_timestamp <= self.now_ms)
+        discard_records = np.where(is_control, can_discard & horizon_passed, can_discard)
+        retain_empty = ((t.producer_id >= 0) & self._is_last_of_producer(t, is_control, last_records)) | (
+            t.last_offset + 1 == upper_bound)
+        mode = np.full(t.count, fk.MODE_DATA, dtype=np.int8)
+        mode[is_control] = fk.MODE_CONTROL
+        mode[discard_records] = fk.MODE_DISCARD
+        mode[discard_records & ~retain_empty] = fk.MODE_DELETE
+        return mode, can_discard & is_control, retain_empty
+
+    @staticmethod
+    def read_transactions(view: SegmentView, txns: CleanedTransactionMetadata) -> np.ndarray:
+        """Walk the transactional and control batches of ``view`` through ``txns`` (in offset
+        order); True for each batch that may be discarded. The Spark job replays this to know the
+        transaction state at the start of each group of segments."""
+        t = view.table
+        attrs = t.attributes.astype(np.int64)
+        can_discard = np.zeros(t.count, dtype=bool)
+        for row in np.flatnonzero(attrs & (TRANSACTIONAL | CONTROL)).tolist():
+            pid, last = int(t.producer_id[row]), int(t.last_offset[row])
+            if attrs[row] & CONTROL:
+                raw = view.raw(int(t.position[row]), int(t.size[row]))
+                ctype = control_type_of(raw, int(attrs[row]), int(t.record_count[row]))
+                can_discard[row] = txns.on_control_batch_read(pid, last, ctype)
+            else:
+                can_discard[row] = txns.on_batch_read(pid, last, True)
+        return can_discard
+
+    @staticmethod
+    def _is_last_of_producer(t: BatchTable, is_control: np.ndarray,
+                             last_records: dict[int, LastRecord]) -> np.ndarray:
+        if not last_records:
+            return np.zeros(t.count, dtype=bool)
+        pids = np.array(sorted(last_records), dtype=np.int64)
+        data = np.array([-1 if last_records[p].last_data_offset is None else last_records[p].last_data_offset
+                         for p in pids.tolist()], dtype=np.int64)
+        has_data = np.array([last_records[p].last_data_offset is not None for p in pids.tolist()], dtype=bool)
+        epochs = np.array([last_records[p].producer_epoch for p in pids.tolist()], dtype=np.int64)
+        pid = t.producer_id
+        idx = np.minimum(np.searchsorted(pids, pid), pids.size - 1)
+        found = pids[idx] == pid
+        by_data = has_data[idx] & (t.last_offset == data[idx])
+        by_epoch = ~has_data[idx] & is_control & (t.producer_epoch.astype(np.int64) == epochs[idx])
+        last: np.ndarray = found & (by_data | by_epoch)
+        return last
+
+    # ------------------------------------------------------------------ one window
+    def _clean_window(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, marker_empty_txn: np.ndarray,
+                      retain_empty: np.ndarray, dest: LogSegment, offset_map: KeyDecisions,
+                      stats: CleanerStats) -> None:
+        t = view.table
+        n = hi - lo
+        counts = t.record_count[lo:hi].astype(np.int64)
+        counts_read = np.where(mode == fk.MODE_DELETE, 0, counts)
+        keep_base = np.zeros(n, dtype=np.int64)
+        np.cumsum(counts_read[:-1], out=keep_base[1:])
+        keep = np.zeros(int(counts_read.sum()), dtype=np.bool_)
+        areas = record_areas(view, lo, hi, skip=mode == fk.MODE_DELETE)
+        attrs = t.attributes[lo:hi].astype(np.int64)
+        lat = (attrs & LOG_APPEND_TIME) != 0
+        has_horizon = (attrs & DELETE_HORIZON) != 0
+        base_ts = t.base_timestamp[lo:hi]
+        max_ts = t.max_timestamp[lo:hi]
+        horizon = np.where(has_horizon, base_ts, -1)
+        n_read = np.zeros(n, dtype=np.int64)
+        n_kept = np.zeros(n, dtype=np.int64)
+        has_tomb = np.zeros(n, dtype=np.bool_)
+        kept_max_ts = np.zeros(n, dtype=np.int64)
+        first_kept_ts = np.zeros(n, dtype=np.int64)
+        n_invalid = np.zeros(n, dtype=np.int64)
+        if isinstance(offset_map, ExactDecisions):
+            exact, table, k0, k1 = True, _NO_TABLE, np.uint64(0), np.uint64(0)
+            kept_offsets, superseded = offset_map.kept, offset_map.superseded
+            first_dirty = offset_map.first_dirty_offset
+        else:
+            exact, table, k0, k1 = False, offset_map.table, offset_map.k0, offset_map.k1
+            kept_offsets, superseded, first_dirty = _NO_OFFSETS, _NO_OFFSETS, 0
+        err, err_pos, err_row, detail = fk.decide_kernel(
+            view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
+            t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep,
+            table, k0, k1, np.int64(offset_map.latest_offset),
+            np.int64(self.now_ms), n_read, n_kept, has_tomb, kept_max_ts, first_kept_ts, n_invalid,
+            exact, kept_offsets, superseded, np.int64(first_dirty))
+        if err:
+            row = int(err_row)
+            where = int(t.position[lo + row]) if areas.in_dbuf[row] else int(err_pos)
+            raise walk_error(int(err), where, lo + row, int(detail)).in_file(view.path)
+
+        retained = n_kept > 0
+        need_horizon = (has_tomb | marker_empty_txn) & ~has_horizon
+        original = retained & (n_kept == n_read) & ~need_horizon
+        action = np.full(n, fk.ACTION_DROP, dtype=np.int8)
+        action[retained] = fk.ACTION_REBUILD
+        action[original] = fk.ACTION_ORIGINAL
+        action[~retained & retain_empty & (mode != fk.MODE_DELETE)] = fk.ACTION_EMPTY
+        new_horizon = np.where(need_horizon, self.now_ms + self.delete_retention_ms, horizon)
+        new_base_ts = np.where(new_horizon >= 0, new_horizon, first_kept_ts)
+        new_attrs = (attrs & 0x3F) | np.where(new_horizon >= 0, DELETE_HORIZON, 0)
+        new_max_ts = np.where(lat, max_ts, kept_max_ts)
+        sizes = t.size[lo:hi].astype(np.int64)
+        bound = np.where(action == fk.ACTION_ORIGINAL, sizes, 0) + np.where(action == fk.ACTION_EMPTY, 61, 0) + \
+            np.where(action == fk.ACTION_REBUILD,
+                     fk.HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0)
+        out = np.empty(int(bound.sum()), dtype=np.uint8)
+        out_pos = np.zeros(n, dtype=np.int64)
+        out_size = np.zeros(n, dtype=np.int64)
+        written = fk.assemble_kernel(
+            view.buf, areas.dbuf, areas.in_dbuf, out, action, t.position[lo:hi], sizes, areas.start,
+            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, keep_base, keep,
+            t.partition_leader_epoch[lo:hi], attrs, t.last_offset_delta[lo:hi], t.producer_id[lo:hi],
+            t.producer_epoch[lo:hi], t.base_sequence[lo:hi], new_attrs, new_base_ts, new_max_ts, n_kept,
+            out_pos, out_size)
+        data = self._finish(out[:int(written)], action, attrs, out_pos, out_size)
+
+        stats.read_messages(int(n_read.sum()), int(sizes.sum()))
+        stats.invalid_messages(int(n_invalid.sum()))
+        rows = np.flatnonzero(action != fk.ACTION_DROP)
+        if rows.size:
+            last_offsets = t.last_offset[lo:hi][rows].tolist()
+            maxes = np.where(action == fk.ACTION_REBUILD, new_max_ts, max_ts)[rows].tolist()
+            out_sizes = out_size[rows].tolist()
+            stats.recopy_messages(int(n_kept[rows].sum()), len(data))
+            dest.append([AppendedBatch(lst, mts, sz) for lst, mts, sz in zip(last_offsets, maxes, out_sizes)],
+                        data)
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(int(sizes.sum()))
+            if len(data):
+                self.throttler.maybe_throttle(len(data))
+
+    @staticmethod
+    def _finish(out: np.ndarray, action: np.ndarray, attrs: np.ndarray, out_pos: np.ndarray,
+                out_size: np.ndarray) -> memoryview:
+        """CRCs of the written headers; rebuilt compressed batches compressed (sizes updated)."""
+        view = out.data
+        codecs = attrs & 0x07
+        rebuilt_compressed = (action == fk.ACTION_REBUILD) & (codecs != 0)
+        plain = np.flatnonzero(((action == fk.ACTION_EMPTY) | (action == fk.ACTION_REBUILD)) & ~rebuilt_compressed)
+        if HAVE_HW_CRC:
+            fk.fill_crcs(out, out_pos, out_size, plain)
+        else:
+            for r in plain.tolist():
+                p, s = int(out_pos[r]), int(out_size[r])
+                _BEU32.pack_into(view, p + 17, crc32c.crc32c(view[p + 21:p + s]))
+        compressed = np.flatnonzero(rebuilt_compressed).tolist()
+        if not compressed:
+            return view
+        parts: list[bytes | memoryview] = []
+        cursor = 0
+        for r in compressed:
+            p, s = int(out_pos[r]), int(out_size[r])
+            parts.append(view[cursor:p])
+            body = compress(Codec(int(codecs[r])), view[p + fk.HEADER_SIZE:p + s])
+            header = bytearray(view[p:p + fk.HEADER_SIZE])
+            _BE32.pack_into(header, 8, fk.HEADER_SIZE - 12 + len(body))
+            _BEU32.pack_into(header, 17, crc32c.crc32c(bytes(header[21:]) + body))
+            parts += [bytes(header), body]
+            out_size[r] = fk.HEADER_SIZE + len(body)
+            cursor = p + s
+        parts.append(view[cursor:])
+        return memoryview(b"".join(parts))

@@ -1,0 +1,325 @@
+"""Compiled loops of the cleaning pass: which records stay, and the bytes of the cleaned batches.
+
+``decide_kernel`` walks the records of a window of batches and marks each record kept or not,
+by Kafka's rules (``Cleaner.shouldRetainRecord`` inside ``MemoryRecords.filterTo``), per batch
+mode:
+
+    mode  batch                                   records kept
+    0     deleted whole (not even read)           -
+    1     kept only as a header, or dropped       none (read and counted)
+    2     control                                 all
+    3     data                                    offset > latest offset of the map; else a
+                                                  keyed record whose offset >= the map's offset
+                                                  for its key and that is not an expired
+                                                  tombstone (value null and now >= horizon);
+                                                  unkeyed records are dropped and counted
+
+The map's offset for a key (``found``) comes from the SipHash offset map (``exact`` false: keys
+hashed in phase 1, probed in phase 2), or, with ``exact`` true, from decisions made by exact key
+outside (cleaner/exact.py: the sorted ``kept`` and ``superseded`` offsets, walked with a cursor;
+no key is hashed). Everything else is the same code for both.
+
+Per batch it returns records read, records kept, whether a kept record is a tombstone, the
+largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the
+batch's maxTimestamp under LogAppendTime, as Kafka's reader reports it).
+
+``assemble_kernel`` writes the output of every batch by its action:
+
+    action  output
+    0       nothing
+    1       the original bytes (all records kept, nothing to stamp)
+    2       a 61-byte header-only batch: recordCount 0, baseTimestamp -1, codec none, no delete
+            horizon; offsets, producer fields, leader epoch, max timestamp kept (Kafka's
+            ``DefaultRecordBatch.writeEmptyHeader``)
+    3       the batch rebuilt from its kept records: header fields kept except recordCount,
+            batchLength, attributes (0x40 set when it carries a delete horizon), baseTimestamp
+            (the delete horizon, else the first kept record's timestamp) and maxTimestamp;
+            each kept record re-encoded with a timestamp delta from the new baseTimestamp and
+            attributes 0, its offset delta, key, value and headers unchanged. For a compressed
+            batch the records are written uncompressed and the caller compresses them.
+
+The CRC of written headers is left 0: the caller computes it (CRC-32C from byte 21). Errors are
+reported as in records/scan_kernels.py (error code, position, batch row, detail).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..records.crc_kernels import crc32c_range
+from ..records.scan_kernels import (
+    ERR_EXTRA_BYTES,
+    ERR_LENGTH_PAST_END,
+    ERR_NEGATIVE_LENGTH,
+    ERR_NONE,
+    ERR_SIZE_MISMATCH,
+    ERR_TOO_FEW_RECORDS,
+    _varint,
+    _varlong,
+)
+from .offset_map import map_get
+from .siphash import key_hash
+
+MODE_DELETE = 0
+MODE_DISCARD = 1
+MODE_CONTROL = 2
+MODE_DATA = 3
+
+ACTION_DROP = 0
+ACTION_ORIGINAL = 1
+ACTION_EMPTY = 2
+ACTION_REBUILD = 3
+
+HEADER_SIZE = 61
+MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
+
+
+@njit(cache=True, nogil=True)
+def decide_kernel(  # type: ignore[no-untyped-def]
+    buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
+    log_append_time, horizon, mode, keep_base, keep,
+    table, k0, k1, latest, now,
+    n_read, n_kept, has_tombstone, kept_max_ts, first_kept_ts, n_invalid,
+    exact, kept_offsets, superseded_offsets, first_dirty,
+):
+    # cursors into the exact decisions: records come in offset order within a window
+    kc = np.searchsorted(kept_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
+    sc = np.searchsorted(superseded_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
+    n_kept_offsets = kept_offsets.shape[0]
+    n_superseded = superseded_offsets.shape[0]
+    scratch = 1
+    for r in range(area_start.shape[0]):
+        scratch = max(scratch, record_count[r])
+    offsets = np.empty(scratch, np.int64)
+    stamps = np.empty(scratch, np.int64)
+    key_lens = np.empty(scratch, np.int64)
+    value_lens = np.empty(scratch, np.int64)
+    h1s = np.empty(scratch, np.int64)
+    h2s = np.empty(scratch, np.int64)
+    for r in range(area_start.shape[0]):
+        n_read[r] = 0
+        n_kept[r] = 0
+        has_tombstone[r] = False
+        kept_max_ts[r] = -1
+        first_kept_ts[r] = -1
+        n_invalid[r] = 0
+        m = mode[r]
+        if m == MODE_DELETE:
+            continue
+        src = dbuf if in_dbuf[r] else buf
+        p = area_start[r]
+        e = area_end[r]
+        base = base_offset[r]
+        lat = log_append_time[r]
+        h = horizon[r]
+        k = keep_base[r]
+        count = record_count[r]
+        # phase 1: parse the batch, hash the keys that need a lookup
+        for j in range(count):
+            if p >= e:
+                return ERR_TOO_FEW_RECORDS, p, r, np.int64(j)
+            length, q, err = _varint(src, p, e)
+            if err != ERR_NONE:
+                return err, p, r, np.int64(0)
+            rec_end = q + length
+            if length < 0 or rec_end > e:
+                return ERR_LENGTH_PAST_END, p, r, length
+            ts_delta, q, err = _varlong(src, q + 1, rec_end)
+            if err != ERR_NONE:
+                return err, p, r, np.int64(0)
+            delta, q, err = _varint(src, q, rec_end)
+            if err != ERR_NONE:
+                return err, p, r, np.int64(0)
+            key_len, q, err = _varint(src, q, rec_end)
+            if err != ERR_NONE:
+                return err, p, r, np.int64(0)
+            if key_len < -1 or q + key_len > rec_end:
+                return ERR_NEGATIVE_LENGTH if key_len < -1 else ERR_SIZE_MISMATCH, p, r, key_len
+            key_pos = q
+            value_len, q, err = _varint(src, q + max(key_len, 0), rec_end)
+            if err != ERR_NONE:
+                return err, p, r, np.int64(0)
+            if value_len < -1 or q + value_len > rec_end:
+                return ERR_NEGATIVE_LENGTH if value_len < -1 else ERR_SIZE_MISMATCH, p, r, value_len
+            offset = base + delta
+            offsets[j] = offset
+            stamps[j] = max_ts[r] if lat else base_ts[r] + ts_delta
+            key_lens[j] = key_len
+            value_lens[j] = value_len
+            if not exact and m == MODE_DATA and offset <= latest and key_len >= 0:
+                h1s[j], h2s[j] = key_hash(src, key_pos, key_len, k0, k1)
+            p = rec_end
+        if p != e:
+            return ERR_EXTRA_BYTES, p, r, e - p
+        # phase 2: the lookups and the decisions, in offset order
+        for j in range(count):
+            n_read[r] += 1
+            kept = False
+            if m == MODE_CONTROL:
+                kept = True
+            elif m == MODE_DATA:
+                if offsets[j] > latest:
+                    kept = True
+                elif key_lens[j] < 0:
+                    n_invalid[r] += 1
+                else:
+                    o = offsets[j]
+                    if not exact:
+                        found = map_get(table, h1s[j], h2s[j])
+                    elif o >= first_dirty:
+                        while kc < n_kept_offsets and kept_offsets[kc] < o:
+                            kc += 1
+                        found = o if kc < n_kept_offsets and kept_offsets[kc] == o else o + 1
+                    else:
+                        while sc < n_superseded and superseded_offsets[sc] < o:
+                            sc += 1
+                        found = o + 1 if sc < n_superseded and superseded_offsets[sc] == o else np.int64(-1)
+                    kept = o >= found and (value_lens[j] >= 0 or h < 0 or now < h)
+            keep[k + j] = kept
+            if kept:
+                ts = stamps[j]
+                if n_kept[r] == 0:
+                    first_kept_ts[r] = ts
+                if ts > kept_max_ts[r]:
+                    kept_max_ts[r] = ts
+                n_kept[r] += 1
+                if value_lens[j] < 0:
+                    has_tombstone[r] = True
+    return ERR_NONE, np.int64(0), np.int64(-1), np.int64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_be(out, p, v, nbytes):  # type: ignore[no-untyped-def]
+    x = np.uint64(v)
+    for i in range(nbytes):
+        out[p + nbytes - 1 - i] = np.uint8(x & np.uint64(0xFF))
+        x >>= np.uint64(8)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_uvarint(out, p, z):  # type: ignore[no-untyped-def]
+    while z >= np.uint64(0x80):
+        out[p] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
+        z >>= np.uint64(7)
+        p += 1
+    out[p] = np.uint8(z)
+    return p + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_varint(out, p, v):  # type: ignore[no-untyped-def]
+    """Kafka's writeVarint: zigzag over 32 bits, then LEB128."""
+    v32 = np.int64(np.int32(v))
+    z = np.uint64(((v32 << 1) ^ (v32 >> 31)) & 0xFFFFFFFF)
+    return _put_uvarint(out, p, z)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_varlong(out, p, v):  # type: ignore[no-untyped-def]
+    z = (np.uint64(v) << np.uint64(1)) ^ np.uint64(np.int64(v) >> 63)
+    return _put_uvarint(out, p, z)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _uvarint_size(z):  # type: ignore[no-untyped-def]
+    n = 1
+    while z >= np.uint64(0x80):
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _write_header(  # type: ignore[no-untyped-def]
+    out, p, base_offset, batch_length, leader_epoch, attributes, last_offset_delta, base_ts,
+    max_ts, producer_id, producer_epoch, base_sequence, count,
+):
+    _put_be(out, p, base_offset, 8)
+    _put_be(out, p + 8, batch_length, 4)
+    _put_be(out, p + 12, leader_epoch, 4)
+    out[p + 16] = 2
+    _put_be(out, p + 17, 0, 4)
+    _put_be(out, p + 21, attributes, 2)
+    _put_be(out, p + 23, last_offset_delta, 4)
+    _put_be(out, p + 27, base_ts, 8)
+    _put_be(out, p + 35, max_ts, 8)
+    _put_be(out, p + 43, producer_id, 8)
+    _put_be(out, p + 51, producer_epoch, 2)
+    _put_be(out, p + 53, base_sequence, 4)
+    _put_be(out, p + 57, count, 4)
+
+
+@njit(cache=True, nogil=True)
+def assemble_kernel(  # type: ignore[no-untyped-def]
+    buf, dbuf, in_dbuf, out, action, position, size, area_start, record_count, base_offset,
+    base_ts, max_ts, log_append_time, keep_base, keep,
+    leader_epoch, attributes, last_offset_delta, producer_id, producer_epoch, base_sequence,
+    new_attributes, new_base_ts, new_max_ts, n_kept, out_pos, out_size,
+):
+    """Write every batch's output into ``out``; returns the bytes written."""
+    w = np.int64(0)
+    for r in range(action.shape[0]):
+        a = action[r]
+        out_pos[r] = w
+        if a == ACTION_DROP:
+            out_size[r] = 0
+            continue
+        if a == ACTION_ORIGINAL:
+            s = size[r]
+            p0 = position[r]
+            out[w:w + s] = buf[p0:p0 + s]
+            out_size[r] = s
+            w += s
+            continue
+        if a == ACTION_EMPTY:
+            _write_header(out, w, base_offset[r], HEADER_SIZE - 12, leader_epoch[r],
+                          attributes[r] & 0x38, last_offset_delta[r], -1, max_ts[r],
+                          producer_id[r], producer_epoch[r], base_sequence[r], 0)
+            out_size[r] = HEADER_SIZE
+            w += HEADER_SIZE
+            continue
+        # rebuild from the kept records
+        src = dbuf if in_dbuf[r] else buf
+        q0 = w + HEADER_SIZE
+        o = q0
+        p = area_start[r]
+        lat = log_append_time[r]
+        new_base = new_base_ts[r]
+        k = keep_base[r]
+        for j in range(record_count[r]):
+            length, q, _err = _varint(src, p, p + 5)
+            rec_end = q + length
+            if keep[k + j]:
+                ts_delta, q2, _err = _varlong(src, q + 1, rec_end)
+                delta, q3, _err = _varint(src, q2, rec_end)
+                ts = max_ts[r] if lat else base_ts[r] + ts_delta
+                new_delta = ts - new_base
+                zd = (np.uint64(new_delta) << np.uint64(1)) ^ np.uint64(np.int64(new_delta) >> 63)
+                d32 = np.int64(np.int32(delta))
+                zo = np.uint64(((d32 << 1) ^ (d32 >> 31)) & 0xFFFFFFFF)
+                rest = rec_end - q3
+                body = 1 + _uvarint_size(zd) + _uvarint_size(zo) + rest
+                o = _put_varint(out, o, body)
+                out[o] = 0
+                o = _put_uvarint(out, o + 1, zd)
+                o = _put_uvarint(out, o, zo)
+                out[o:o + rest] = src[q3:rec_end]
+                o += rest
+            p = rec_end
+        total = o - w
+        _write_header(out, w, base_offset[r], total - 12, leader_epoch[r], new_attributes[r],
+                      last_offset_delta[r], new_base, new_max_ts[r], producer_id[r],
+                      producer_epoch[r], base_sequence[r], n_kept[r])
+        out_size[r] = total
+        w = o
+    return w
+
+
+@njit(cache=True, nogil=True)
+def fill_crcs(out, out_pos, out_size, rows):  # type: ignore[no-untyped-def]
+    """Write the CRC-32C of each listed batch of ``out`` (needs the CPU's CRC instruction)."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        p = out_pos[r]
+        _put_be(out, p + 17, crc32c_range(out, p + 21, p + out_size[r]), 4)

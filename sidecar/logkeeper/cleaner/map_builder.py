@@ -1,0 +1,152 @@
+"""Building the offset map of a dirty section (Kafka's Cleaner.buildOffsetMap).
+
+For the dirty segments of [start, end), in order, from the offset-index position of ``start``
+in each: control batches and the transaction index's aborted data are counted but not mapped
+(see txn.py); every keyed record at or above ``start`` goes into the map (the compiled loop of
+map_kernel.py). When the map reaches its load factor the round stops there: the map is partial
+and its latest offset (the last offset mapped, or the last whole batch's) bounds the round.
+After each whole segment the latest offset moves to the next segment's base - 1 (or
+``end`` - 1), so a gap of missing offsets does not hold the cleaner back.
+
+Statistics as Kafka counts them: records read while mapping; bytes read, counted by read-buffer
+chunks of ``io_buffer_size`` bytes (a chunk ends before the first batch that does not fit; a
+batch larger than the buffer doubles it until it fits, up to the larger of max.message.bytes
+and the cleaner's limit, for the rest of the segment); the chunk in which the map fills is not
+counted, as Kafka returns before counting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..log.log import Log
+from ..records.scan import walk_error
+from . import map_kernel as mk
+from .offset_map import SipHashOffsetMap
+from .segment_view import SegmentView, record_areas
+from .stats import CleanerStats
+from .throttler import Throttler
+from .txn import CleanedTransactionMetadata, collect_aborted, control_type_of
+
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+WINDOW_BYTES = 16 * 1024 * 1024
+
+CheckDone = Callable[[], None]
+
+
+class MapBuilder:
+    def __init__(self, *, io_buffer_size: int, max_io_buffer_size: int, load_factor: float,
+                 check_done: CheckDone, throttler: Throttler | None = None) -> None:
+        self.io_buffer_size = io_buffer_size
+        self.max_io_buffer_size = max_io_buffer_size
+        self.load_factor = load_factor
+        self.check_done = check_done
+        self.throttler = throttler
+
+    def build(self, log: Log, start: int, end: int, offset_map: SipHashOffsetMap, stats: CleanerStats) -> None:
+        dirty = log.segments.values(start, end)
+        next_starts = [s.base_offset for s in dirty[1:]] + [end]
+        txns = CleanedTransactionMetadata()
+        txns.add_aborted_transactions(collect_aborted(log, start, end))
+        positions = [seg.offset_index.lookup(start).position for seg in dirty]
+        expected = 0  # keyed records that may go into the map: the table is sized for them
+        for seg, position in zip(dirty, positions):
+            with SegmentView(seg, position) as view:
+                expected += int(view.table.record_count.sum(dtype=np.int64))
+        offset_map.prepare(expected)
+        for seg, position, next_start in zip(dirty, positions, next_starts):
+            self.check_done()
+            with SegmentView(seg, position) as view:
+                if self._build_segment(log, view, offset_map, start, next_start, txns, stats):
+                    break
+
+    @staticmethod
+    def batch_modes(view: SegmentView, txns: CleanedTransactionMetadata) -> np.ndarray:
+        """Per batch of ``view``: data, aborted data or control (map_kernel's modes), walking the
+        transactional batches through ``txns``. The Spark job maps the same batches."""
+        t = view.table
+        mode = np.where(t.attributes & CONTROL, mk.MODE_CONTROL, mk.MODE_DATA).astype(np.int8)
+        for row in np.flatnonzero(t.attributes & (TRANSACTIONAL | CONTROL)).tolist():
+            pid, last, attributes = int(t.producer_id[row]), int(t.last_offset[row]), int(t.attributes[row])
+            if attributes & CONTROL:
+                raw = view.raw(int(t.position[row]), int(t.size[row]))
+                txns.on_control_batch_read(pid, last, control_type_of(raw, attributes, int(t.record_count[row])))
+            elif txns.on_batch_read(pid, last, True):
+                mode[row] = mk.MODE_ABORTED
+        return mode
+
+    def _build_segment(self, log: Log, view: SegmentView, offset_map: SipHashOffsetMap, start: int,
+                       next_start: int, txns: CleanedTransactionMetadata, stats: CleanerStats) -> bool:
+        t = view.table
+        mode = self.batch_modes(view, txns)
+        last_offsets = t.last_offset
+        entries, latest = offset_map.size, offset_map.latest_offset
+        max_entries = offset_map.max_entries
+        full_row = -1
+        for lo, hi in view.windows(WINDOW_BYTES):
+            self.check_done()
+            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MODE_DATA)
+            row = 0
+            while True:
+                status, row, entries, latest, counted, err, err_pos, detail = mk.map_kernel(
+                    view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
+                    t.base_offset[lo:hi], last_offsets[lo:hi], mode[lo:hi], row, start,
+                    offset_map.table, offset_map.k0, offset_map.k1, np.int64(entries),
+                    np.int64(max_entries), np.int64(offset_map.grow_at),
+                    offset_map.table.shape[0] < offset_map.slots_limit, np.int64(latest))
+                stats.index_messages_read(int(counted))
+                if status == mk.NEED_GROW:
+                    offset_map.set_state(int(entries), int(latest))
+                    offset_map.grow()
+                    continue
+                break
+            offset_map.set_state(int(entries), int(latest))
+            if status == mk.ERROR:
+                raise self._error(view, areas.in_dbuf[int(row)], lo + int(row), int(err), int(err_pos),
+                                  int(detail))
+            if self.throttler is not None:
+                self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
+            if status == mk.FULL:
+                full_row = lo + int(row)
+                break
+        stats.index_bytes_read(self._chunk_bytes(view, log, full_row))
+        if full_row >= 0:
+            return True
+        offset_map.update_latest_offset(next_start - 1)
+        return False
+
+    def _chunk_bytes(self, view: SegmentView, log: Log, full_row: int) -> int:
+        """Bytes Kafka counts: whole read chunks, up to the one where the map filled."""
+        t = view.table
+        n = t.count if full_row < 0 else full_row
+        if n == 0:
+            return 0
+        if full_row < 0:
+            return int(t.position[-1] + t.size[-1] - t.position[0])
+        ends = t.position + t.size.astype(np.int64)
+        capacity = self.io_buffer_size
+        topic_max = log.config.max_message_bytes
+        row, counted = 0, 0
+        while row < t.count:
+            chunk_start = int(t.position[row])
+            end_row = int(np.searchsorted(ends, chunk_start + capacity, side="right"))
+            if end_row == row:  # the next batch is larger than the buffer: Kafka grows it
+                max_size = int(t.size[row]) if capacity >= topic_max else topic_max
+                capacity = min(capacity * 2, max(max_size, self.max_io_buffer_size))
+                continue
+            if end_row > full_row:
+                break
+            counted += int(ends[end_row - 1]) - chunk_start
+            row = end_row
+        return counted
+
+    @staticmethod
+    def _error(view: SegmentView, in_dbuf: bool, row: int, code: int, pos: int, detail: int) -> CorruptRecordError:
+        where = pos if not in_dbuf else int(view.table.position[row])
+        err = walk_error(code, where, row, detail)
+        return err.in_file(view.path)
+

@@ -1,0 +1,63 @@
+"""The cleaner's metrics, as one snapshot object the sidecar serves (Kafka's LogCleaner and
+LogCleanerManager gauges, same names and arithmetic).
+
+    name                            value
+    max-buffer-utilization-percent  int(100 x the largest map utilization of the threads' last rounds)
+    cleaner-recopy-percent          int(100 x bytes written / max(bytes read, 1)), last rounds summed
+    max-clean-time-secs             int(the longest last round, seconds)
+    max-compaction-delay-secs       int(largest max-compaction delay seen when choosing, ms / 1000)
+    DeadThreadCount                 cleaner threads that died of an unexpected error
+    max-dirty-percent               int(100 x the highest cleanable ratio at the last choice)
+    time-since-last-run-ms          now - the last time a log was chosen
+    uncleanable-partitions-count    per log directory
+    uncleanable-bytes               per log directory: cleanable bytes of its uncleanable partitions
+
+Beyond Kafka: ``backlogs`` (backlog.py), ``uncleanable`` (partition -> failures, next retry,
+reason), ``states`` (partition -> in-progress, aborted or paused(n); others are none), the
+rounds cleaned by the threads and ``offloads`` (partition -> its Spark hand-off: offload.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CleanerMetrics:
+    max_buffer_utilization_percent: int = 0
+    cleaner_recopy_percent: int = 0
+    max_clean_time_secs: int = 0
+    max_compaction_delay_secs: int = 0
+    dead_thread_count: int = 0
+    max_dirty_percent: int = 0
+    time_since_last_run_ms: int = 0
+    uncleanable_partitions_count: dict[str, int] = field(default_factory=dict)
+    uncleanable_bytes: dict[str, int] = field(default_factory=dict)
+    uncleanable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backlogs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0
+    offloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Kafka's metric names as keys (plus the logkeeper extras)."""
+        return {
+            "max-buffer-utilization-percent": self.max_buffer_utilization_percent,
+            "cleaner-recopy-percent": self.cleaner_recopy_percent,
+            "max-clean-time-secs": self.max_clean_time_secs,
+            "max-compaction-delay-secs": self.max_compaction_delay_secs,
+            "DeadThreadCount": self.dead_thread_count,
+            "max-dirty-percent": self.max_dirty_percent,
+            "time-since-last-run-ms": self.time_since_last_run_ms,
+            "uncleanable-partitions-count": dict(self.uncleanable_partitions_count),
+            "uncleanable-bytes": dict(self.uncleanable_bytes),
+            "uncleanable": dict(self.uncleanable),
+            "backlogs": dict(self.backlogs),
+            "states": dict(self.states),
+            "rounds": self.rounds,
+            "offloads": dict(self.offloads),
+        }
+
+    def as_plain_dict(self) -> dict[str, Any]:
+        return asdict(self)

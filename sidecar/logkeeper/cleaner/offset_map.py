@@ -1,0 +1,266 @@
+"""The offset map: key -> latest offset, for the dirty section of a log.
+
+``OffsetMap`` is the interface the cleaner needs (Kafka's ``OffsetMap``); ``SipHashOffsetMap``
+implements it with an open-addressing table in one numpy array, probed by numba kernels.
+
+Table layout (``table``: int64, shape ``(slots, 3)``, 24 bytes a slot, row-major so one slot is
+one contiguous 24-byte run)::
+
+    column  field    notes
+    0       h1       first 64 bits of the key's SipHash-1-3-128 (see siphash.py), as int64
+    1       h2       last 64 bits
+    2       offset   the latest offset seen for the key; -1 marks an empty slot
+
+A key's home slot is ``((h1 >> 32) * slots) >> 32`` (the top 32 bits of h1 scaled to the table:
+uniform, no modulo); collisions probe linearly to the next slot, wrapping at the end. Two keys
+are the same key when both hash words match. Deletion never happens (the map is cleared
+between rounds).
+
+Bounds, as Kafka's SkimpyOffsetMap: ``capacity_slots`` = memory / 24 (Kafka: memory / (16-byte
+MD5 + 8)); the cleaner stops filling at ``max_entries = capacity_slots * load_factor`` entries,
+which makes a partial map. ``utilization`` is size / capacity_slots, as Kafka reports it.
+
+Unlike Kafka, the table is not always allocated at full capacity. ``prepare(max_new_keys)``
+(the keyed records a round can put, an upper bound on its distinct keys) picks one of two modes:
+
+- full: when ``max_new_keys / 0.7`` reaches a third of the capacity, one table of
+  ``capacity_slots`` slots, filled up to ``max_entries``;
+- growing: otherwise the table starts small and doubles (``grow``: rehash into a new table)
+  whenever it is 70% full, up to the first power of two above ``max_new_keys / 0.7``. That limit
+  is under two thirds of the capacity, so the old and the new table together never exceed
+  ``capacity_slots * 24`` bytes, and the keys that can arrive never fill it past 70%.
+
+A small dirty section thus probes a small, cache-resident table (1M records with 100k keys:
+36 ms of inserts in a 256k-slot table against 140 ms in a 5.6M-slot one, measured here).
+
+A fresh random SipHash secret is drawn on every ``clear``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from .siphash import key_hash, new_secret
+
+BYTES_PER_SLOT = 24
+EMPTY = -1
+_MIN_SLOTS = 1 << 16
+GROW_LOAD = 0.7  # a growing table doubles at this load
+
+Table = npt.NDArray[np.int64]
+
+
+@runtime_checkable
+class OffsetMap(Protocol):
+    """Key -> latest offset, with Kafka's latest-offset tracking."""
+
+    @property
+    def capacity_slots(self) -> int: ...
+
+    @property
+    def size(self) -> int:
+        """Distinct keys stored."""
+
+    @property
+    def latest_offset(self) -> int:
+        """The last offset put or forwarded with ``update_latest_offset``; -1 when cleared."""
+
+    def clear(self) -> None: ...
+
+    def put(self, key: bytes, offset: int) -> None: ...
+
+    def get(self, key: bytes) -> int:
+        """The offset stored for ``key``, or -1."""
+
+    def update_latest_offset(self, offset: int) -> None: ...
+
+    @property
+    def utilization(self) -> float:
+        """size / capacity_slots."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def home_slot(h1, slots):  # type: ignore[no-untyped-def]
+    return np.int64(((np.uint64(h1) >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32))
+
+
+@njit(cache=True, nogil=True)
+def map_get(table, h1, h2):  # type: ignore[no-untyped-def]
+    """The offset stored under (h1, h2), or -1."""
+    slots = table.shape[0]
+    i = home_slot(h1, slots)
+    for _ in range(slots):
+        off = table[i, 2]
+        if off == EMPTY:
+            return np.int64(EMPTY)
+        if table[i, 0] == h1 and table[i, 1] == h2:
+            return off
+        i += 1
+        if i == slots:
+            i = 0
+    return np.int64(EMPTY)
+
+
+@njit(cache=True, nogil=True)
+def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
+    """Store offset under (h1, h2); 1 when the key is new, 0 when it was updated, -1 if full."""
+    slots = table.shape[0]
+    i = home_slot(h1, slots)
+    for _ in range(slots):
+        off = table[i, 2]
+        if off == EMPTY:
+            table[i, 0] = h1
+            table[i, 1] = h2
+            table[i, 2] = offset
+            return 1
+        if table[i, 0] == h1 and table[i, 1] == h2:
+            table[i, 2] = offset
+            return 0
+        i += 1
+        if i == slots:
+            i = 0
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _rehash(old, new):  # type: ignore[no-untyped-def]
+    new[:, 2] = EMPTY
+    for i in range(old.shape[0]):
+        if old[i, 2] != EMPTY:
+            map_put(new, old[i, 0], old[i, 1], old[i, 2])
+
+
+@njit(cache=True, nogil=True)
+def _put_key(table, buf, pos, length, k0, k1, offset):  # type: ignore[no-untyped-def]
+    h1, h2 = key_hash(buf, pos, length, k0, k1)
+    return map_put(table, h1, h2, offset)
+
+
+@njit(cache=True, nogil=True)
+def _get_key(table, buf, pos, length, k0, k1):  # type: ignore[no-untyped-def]
+    h1, h2 = key_hash(buf, pos, length, k0, k1)
+    return map_get(table, h1, h2)
+
+
+class SipHashOffsetMap:
+    """OffsetMap over a numba-probed table keyed by a secret-keyed 128-bit SipHash."""
+
+    def __init__(self, memory_bytes: int | None = None, *, slots: int | None = None,
+                 load_factor: float = 0.9) -> None:
+        if (memory_bytes is None) == (slots is None):
+            raise ValueError("give exactly one of memory_bytes and slots")
+        capacity = slots if slots is not None else int(memory_bytes or 0) // BYTES_PER_SLOT
+        if capacity < 1:
+            raise ValueError(f"an offset map needs at least one slot ({BYTES_PER_SLOT} bytes)")
+        self._capacity = capacity
+        self.load_factor = load_factor
+        self._table: Table = np.empty((0, 3), dtype=np.int64)
+        self._size = 0
+        self._latest = -1
+        self._limit = capacity
+        self.k0, self.k1 = new_secret()
+        self.prepare(0)
+
+    # ---------------------------------------------------------------- sizing
+    @property
+    def capacity_slots(self) -> int:
+        return self._capacity
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the table holds now (at most capacity_slots * 24)."""
+        return int(self._table.nbytes)
+
+    @property
+    def table(self) -> Table:
+        return self._table
+
+    @property
+    def max_entries(self) -> int:
+        """Kafka's ``(int) (slots * loadFactor)``: a round stops filling the map here."""
+        return int(self._capacity * self.load_factor)
+
+    @property
+    def slots_limit(self) -> int:
+        """The largest table this round may grow to."""
+        return self._limit
+
+    @property
+    def grow_at(self) -> int:
+        """Entries at which the table must grow before more keys go in (never, when at its limit)."""
+        if self._table.shape[0] >= self._limit:
+            return self.max_entries
+        return int(self._table.shape[0] * GROW_LOAD)
+
+    def prepare(self, max_new_keys: int) -> None:
+        """Clear the map and size its table for at most ``max_new_keys`` distinct keys."""
+        needed = int(max_new_keys / GROW_LOAD) + 1
+        if needed * 3 >= self._capacity:
+            self._limit = slots = self._capacity
+        else:
+            self._limit = min(self._capacity, max(_MIN_SLOTS, 1 << (needed - 1).bit_length()))
+            slots = min(self._limit, _MIN_SLOTS)
+        if self._table.shape[0] != slots:
+            self._table = np.empty((0, 3), dtype=np.int64)  # release before allocating
+            self._table = np.empty((slots, 3), dtype=np.int64)
+        self.clear()
+
+    def grow(self) -> bool:
+        """Double the table (up to its limit), keeping every entry; False when at the limit."""
+        slots = self._table.shape[0]
+        if slots >= self._limit:
+            return False
+        new = np.empty((min(self._limit, slots * 2), 3), dtype=np.int64)
+        _rehash(self._table, new)
+        self._table = new
+        return True
+
+    def clear(self) -> None:
+        self._table[:, 2] = EMPTY
+        self._size = 0
+        self._latest = -1
+        self.k0, self.k1 = new_secret()
+
+    # ---------------------------------------------------------------- state shared with kernels
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def latest_offset(self) -> int:
+        return self._latest
+
+    def update_latest_offset(self, offset: int) -> None:
+        self._latest = offset
+
+    def set_state(self, size: int, latest_offset: int) -> None:
+        """Record what a kernel did to the table (its new size and latest offset)."""
+        self._size = size
+        self._latest = latest_offset
+
+    @property
+    def utilization(self) -> float:
+        return self._size / self._capacity
+
+    # ---------------------------------------------------------------- single keys (tests, tools)
+    def put(self, key: bytes, offset: int) -> None:
+        if self._size >= self._capacity:
+            raise ValueError(f"attempted to add a new entry to a full offset map of {self._size} entries")
+        slots = self._table.shape[0]
+        if self._size >= int(slots * GROW_LOAD) and slots < self._capacity:
+            self._limit = max(self._limit, min(self._capacity, slots * 2))  # beyond prepare()'s bound
+            self.grow()
+        buf = np.frombuffer(key or b"\x00", dtype=np.uint8)
+        added = int(_put_key(self._table, buf, 0, len(key), self.k0, self.k1, offset))
+        if added < 0:
+            raise ValueError(f"offset map table of {self._table.shape[0]} slots is full")
+        self._size += added
+        self._latest = offset
+
+    def get(self, key: bytes) -> int:
+        buf = np.frombuffer(key or b"\x00", dtype=np.uint8)
+        return int(_get_key(self._table, buf, 0, len(key), self.k0, self.k1))

@@ -1,0 +1,156 @@
+"""A segment's ``.log`` as the cleaner reads it: mapped whole, its batch headers as columns, and
+windows of batches whose record areas the compiled loops walk.
+
+The file is mapped read-only (``mmap``; the kernels read it in place). Batches are found with
+``records.scan.scan_batches`` from a start position; any stop other than the end of the file
+(a torn or corrupt tail, a bad magic or size) is a CorruptRecordError naming the file and
+position, as Kafka's cleaner fails on a segment it cannot read to its end.
+
+A window is a run of consecutive batches of at most ``max_bytes`` (at least one batch).
+``RecordAreas`` gives each batch of a window its record area: the bytes after the 61-byte header
+in the mapping for an uncompressed batch, or its decompressed records, concatenated into one
+read-only buffer ``dbuf`` per window, for a compressed one.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import CorruptRecordError, CrcMismatchError
+from ..log.segment import LogSegment
+from ..records import crc_kernels as _crc
+from ..records.compression import Codec, decompress
+from ..records.scan import BatchTable, ScanStop, scan_batches
+
+HEADER_SIZE = 61
+CODEC_MASK = 0x07
+_EMPTY = np.frombuffer(b"\x00", dtype=np.uint8)
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+
+
+class SegmentView:
+    """Context manager: ``buf`` (the mapped file) and ``table`` (its batches from ``start``, up
+    to ``end_position`` when given: a batch boundary, or the end of the file)."""
+
+    def __init__(self, segment: LogSegment, start_position: int = 0, end_position: int | None = None) -> None:
+        self.segment = segment
+        self.path = str(segment.log.path)
+        self.size = segment.size_in_bytes
+        self.start_position = start_position
+        self.end_position = self.size if end_position is None else min(end_position, self.size)
+        self._mm: mmap.mmap | None = None
+        self.buf: U8 = _EMPTY
+        self.table: BatchTable = scan_batches(np.zeros(0, dtype=np.uint8))
+
+    def __enter__(self) -> SegmentView:
+        if self.size > 0:
+            self._mm = mmap.mmap(self.segment.log.fd, self.size, access=mmap.ACCESS_READ)
+            self._mm.madvise(mmap.MADV_SEQUENTIAL)
+            self.buf = np.frombuffer(self._mm, dtype=np.uint8)
+        start = min(self.start_position, self.end_position)
+        self.table = scan_batches(self.buf, start, self.end_position) if self.size else self.table
+        if self.size and self.table.stop_reason != ScanStop.END:
+            reason = self.table.stop_reason.name.lower().replace("_", " ")
+            raise CorruptRecordError(
+                self.table.stop_position, f"{reason}: the cleaner cannot read the segment to its end",
+                self.path)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.buf = _EMPTY
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # an array still refers to the map; it is unmapped when that array goes
+            self._mm = None
+
+    @property
+    def count(self) -> int:
+        return self.table.count
+
+    def windows(self, max_bytes: int, from_row: int = 0) -> Iterator[tuple[int, int]]:
+        """(first row, end row) of consecutive batch runs of about ``max_bytes``."""
+        n = self.table.count
+        if n == 0:
+            return
+        ends = self.table.position + self.table.size.astype(np.int64)
+        row = from_row
+        while row < n:
+            limit = int(self.table.position[row]) + max_bytes
+            end = max(row + 1, int(np.searchsorted(ends, limit, side="right")))
+            yield row, min(end, n)
+            row = end
+
+    def ensure_crcs(self, lo: int, hi: int) -> None:
+        """Raise CrcMismatchError for the first batch of rows [lo, hi) whose CRC is wrong."""
+        t = self.table
+        if _crc.HAVE_HW_CRC:
+            row = int(_crc.first_bad_crc(self.buf, t.position, t.size, t.crc, lo, hi))
+            if row < 0:
+                return
+            lo, hi = row, row + 1
+        view = memoryview(self._mm) if self._mm is not None else memoryview(b"")
+        for pos, size, crc in zip(t.position[lo:hi].tolist(), t.size[lo:hi].tolist(), t.crc[lo:hi].tolist()):
+            actual = crc32c.crc32c(view[pos + 21:pos + size])
+            if actual != crc:
+                raise CrcMismatchError(pos, f"stored crc {crc:#010x}, computed {actual:#010x}", self.path)
+
+    def raw(self, position: int, size: int) -> bytes:
+        return bytes(self.buf[position:position + size])
+
+
+@dataclass(frozen=True, eq=False)
+class RecordAreas:
+    """Where the records of each batch of a window lie (see the module docstring)."""
+
+    dbuf: U8
+    in_dbuf: npt.NDArray[np.bool_]
+    start: I64
+    end: I64
+
+
+def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_] | None = None) -> RecordAreas:
+    """Record areas of rows [lo, hi); compressed batches are decompressed, except where ``skip``
+    (one flag a row of the window) is set."""
+    table = view.table
+    positions = table.position[lo:hi]
+    start = positions + HEADER_SIZE
+    end = positions + table.size[lo:hi].astype(np.int64)
+    codecs = table.attributes[lo:hi] & CODEC_MASK
+    in_dbuf = codecs != 0
+    if skip is not None:
+        in_dbuf &= ~skip
+    rows = np.flatnonzero(in_dbuf)
+    if rows.size == 0:
+        return RecordAreas(_EMPTY, in_dbuf, start, end)
+    parts: list[bytes] = []
+    cursor = 0
+    mm_view = view.buf.data
+    for i in rows.tolist():
+        pos = int(positions[i])
+        try:
+            data = decompress(Codec(int(codecs[i])), mm_view[pos + HEADER_SIZE:int(end[i])], pos)
+        except CorruptRecordError as e:
+            raise e.in_file(view.path) from None
+        except ValueError as e:  # an id that is no codec
+            raise CorruptRecordError(pos, str(e), view.path) from None
+        parts.append(data)
+        start[i] = cursor
+        cursor += len(data)
+        end[i] = cursor
+    dbuf = np.frombuffer(b"".join(parts) or b"\x00", dtype=np.uint8)
+    return RecordAreas(dbuf, in_dbuf, start, end)

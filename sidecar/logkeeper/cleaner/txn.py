@@ -1,0 +1,138 @@
+"""Transaction state while the cleaner walks a log (Kafka's CleanedTransactionMetadata).
+
+The aborted transactions of the range being read come from the transaction indexes
+(``collect_aborted``), ordered by first offset. Walking batches in offset order:
+
+- before each batch, the aborted transactions that start at or before its last offset become
+  ongoing (one per producer id);
+- a transactional data batch of a producer with an ongoing aborted transaction is aborted data:
+  it may be discarded (and the transaction remembers that it still had data here); any other
+  transactional data batch marks its producer's committed transaction as having data;
+- an ABORT marker ends its producer's aborted transaction: the marker may be discarded when the
+  cleaner saw none of that transaction's data (or it is not in the index), otherwise it must stay
+  and its transaction goes into the cleaned segment's transaction index;
+- a COMMIT marker may be discarded when none of its transaction's data was seen;
+- a control batch with no record was emptied by an earlier clean: it may be discarded;
+  other control types are never discarded.
+
+"May be discarded" is what the filter then combines with the delete horizon (see filter.py).
+Only transactional and control batches reach this class: it loops per batch in Python, never
+per record.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..index.txn_index import AbortedTxn, TransactionIndex
+from ..log.log import Log
+from ..log.segments import LogSegments
+from ..records.compression import Codec, decompress
+from ..records.varint import MAX_VARLONG_BYTES, decode_varint
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+@dataclass
+class _OngoingAborted:
+    txn: AbortedTxn
+    last_observed_batch_offset: int | None = None
+
+
+@dataclass
+class CleanedTransactionMetadata:
+    cleaned_index: TransactionIndex | None = None
+    _heap: list[tuple[int, int, AbortedTxn]] = field(default_factory=list)
+    _seq: int = 0
+    _ongoing_committed: set[int] = field(default_factory=set)
+    _ongoing_aborted: dict[int, _OngoingAborted] = field(default_factory=dict)
+
+    def add_aborted_transactions(self, txns: Iterable[AbortedTxn]) -> None:
+        for txn in txns:
+            heapq.heappush(self._heap, (txn.first_offset, self._seq, txn))
+            self._seq += 1
+
+    def _consume_aborted_up_to(self, offset: int) -> None:
+        while self._heap and self._heap[0][0] <= offset:
+            txn = heapq.heappop(self._heap)[2]
+            self._ongoing_aborted.setdefault(txn.producer_id, _OngoingAborted(txn))
+
+    def on_control_batch_read(self, producer_id: int, last_offset: int, control_type: int | None) -> bool:
+        """A control batch (``control_type`` None when it has no record); True if discardable."""
+        self._consume_aborted_up_to(last_offset)
+        if control_type is None:
+            return True
+        if control_type == CONTROL_ABORT:
+            ongoing = self._ongoing_aborted.pop(producer_id, None)
+            if ongoing is not None and ongoing.last_observed_batch_offset is not None:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(ongoing.txn)
+                return False
+            return True
+        if control_type == CONTROL_COMMIT:
+            if producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(producer_id)
+                return False
+            return True
+        return False
+
+    def on_batch_read(self, producer_id: int, last_offset: int, is_transactional: bool) -> bool:
+        """A data batch; True when it is aborted transactional data."""
+        self._consume_aborted_up_to(last_offset)
+        if not is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(producer_id)
+        if ongoing is not None:
+            ongoing.last_observed_batch_offset = last_offset
+            return True
+        self._ongoing_committed.add(producer_id)
+        return False
+
+
+def collect_aborted(log: Log, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+    """Aborted transactions that end at or after the log start offset and begin below
+    ``upper_bound_offset``, from the transaction indexes of the segment holding ``start_offset``
+    and the later ones, until an entry's last stable offset reaches the upper bound (Kafka's
+    UnifiedLog.collectAbortedTransactions: a marker may sit in a later segment than its data)."""
+    return collect_aborted_in(log.segments, log.log_start_offset, start_offset, upper_bound_offset)
+
+
+def collect_aborted_in(segments: LogSegments, log_start_offset: int, start_offset: int,
+                       upper_bound_offset: int) -> list[AbortedTxn]:
+    """``collect_aborted`` over a log's segments and log start offset."""
+    floor = segments.floor_segment(start_offset)
+    if floor is None:
+        return []
+    fetch_offset = log_start_offset
+    out: list[AbortedTxn] = []
+    for seg in segments.values(floor.base_offset, None):
+        for txn in seg.txn_index.entries:
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                out.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return out
+    return out
+
+
+def control_type_of(batch: bytes | memoryview, attributes: int, record_count: int) -> int | None:
+    """The type of a control batch's first record (0 ABORT, 1 COMMIT, ...); None when empty."""
+    if record_count < 1:
+        return None
+    area: bytes | memoryview = memoryview(batch)[61:]
+    codec = attributes & 0x07
+    if codec:
+        area = decompress(Codec(codec), area)
+    pos = 0
+    _length, pos = decode_varint(area, pos)
+    pos += 1  # attributes
+    _ts, pos = decode_varint(area, pos, MAX_VARLONG_BYTES)
+    _delta, pos = decode_varint(area, pos)
+    key_len, pos = decode_varint(area, pos)
+    if key_len < 4:
+        return -1  # not a control record Kafka can parse: never discarded
+    _version, ctype = struct.unpack_from(">hh", area, pos)
+    return int(ctype)

@@ -1,0 +1,147 @@
+"""The `logkeeper` command line: dump-log, verify, recover, clean, sidecar.
+
+Exit codes: 0 success; 1 bad data (one line naming the file and position); 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import LogkeeperError
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    from .tools.dump import dump_file
+
+    for f in args.files:
+        dump_file(Path(f), sys.stdout, deep=args.deep_iteration, as_json=args.json)
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .tools.verify import verify_path
+
+    report = verify_path(Path(args.dir))
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for problem in report.problems:
+        print(f"logkeeper verify: {problem}", file=sys.stderr)
+    if not report.ok:
+        return 1
+    print(f"OK: {report.partitions} partitions, {report.segments} segments, {report.batches} batches, "
+          f"{report.records} records")
+    return 0
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    from .tools.recover import recover_path
+
+    changed = recover_path(Path(args.log_dir), sys.stdout, _overrides(args.config))
+    print(f"recovered; {changed} partitions changed")
+    return 0
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from .cleaner.clean_command import run_clean
+
+    return run_clean(Path(args.log_dir), _overrides(args.config), sys.stdout, lambda: int(time.time() * 1000))
+
+
+def _overrides(items: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--config expects key=value, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _cmd_sidecar(args: argparse.Namespace) -> int:
+    from .server.main import run
+
+    if not args.verbose:
+        logging.getLogger().setLevel(logging.INFO)  # the sidecar's log is its operator's view
+    return run(args.config)
+
+
+def _cmd_spark_compact(args: argparse.Namespace) -> int:
+    from .spark.command import main as spark_compact
+
+    return spark_compact(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logkeeper", description="Kafka's log layer: tools and the sidecar.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("dump-log", help="print segment (.log) and index files")
+    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    d.add_argument("--json", action="store_true", help="one JSON object a record")
+    d.set_defaults(func=_cmd_dump)
+
+    v = sub.add_parser("verify", help="check a log dir or partition dir (read-only)")
+    v.add_argument("dir", metavar="DIR")
+    v.set_defaults(func=_cmd_verify)
+
+    r = sub.add_parser("recover", help="recover every partition as after an unclean shutdown")
+    r.add_argument("log_dir", metavar="LOG_DIR")
+    r.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config the rebuilt indexes follow, e.g. index.interval.bytes=4096")
+    r.set_defaults(func=_cmd_recover)
+
+    c = sub.add_parser("clean", help="compact every partition until nothing is cleanable")
+    c.add_argument("log_dir", metavar="LOG_DIR")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic or cleaner config override (repeatable)")
+    c.set_defaults(func=_cmd_clean)
+
+    s = sub.add_parser("sidecar", help="run the LogManager, the cleaner threads and the HTTP API")
+    s.add_argument("--config", required=True, metavar="FILE",
+                   help="the YAML config file (LOGKEEPER_* variables override its keys)")
+    s.set_defaults(func=_cmd_sidecar)
+
+    from .spark.command import add_arguments as spark_compact_arguments
+
+    k = sub.add_parser("spark-compact", help="compact one partition's dirty section with a PySpark job into a "
+                                              "staging directory (cleaned segments + manifest.json)")
+    spark_compact_arguments(k)
+    k.set_defaults(func=_cmd_spark_compact)
+    return p
+
+
+def _check_dump_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """File kinds dump-log cannot print are usage errors (exit 2), caught before any output."""
+    for f in args.files:
+        name = Path(f).name
+        if not name.endswith((".log", ".index", ".timeindex")):
+            parser.error(f"dump-log: {f}: not a .log, .index or .timeindex file")
+        if args.json and not name.endswith(".log"):
+            parser.error(f"dump-log: {f}: --json applies to .log files only")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "dump-log":
+        _check_dump_args(parser, args)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        return 0  # the reader (e.g. `head`) went away
+    except (LogkeeperError, ValueError, OSError) as e:
+        print(f"logkeeper {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

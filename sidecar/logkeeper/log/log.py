@@ -1,0 +1,496 @@
+"""Log: one partition — append with offset assignment, roll, read, flush, truncate, delete.
+
+A log is a directory of segments (see ``segment.py``); the last one is active and takes the
+appends. The log end offset (LEO) is the next offset to assign; the recovery point is the offset
+below which every byte was fsynced, so recovery after a crash starts from the segment that
+holds it; the log start offset is the first offset readers may see (segments wholly below it
+are deleted).
+
+Appends from clients (``assign_offsets=True``) are validated as a whole first (``validator.py``)
+and then written in one ``writev``; a batch's base offset is patched in its header on the way
+(no CRC change). Appends of batches that already carry offsets (``assign_offsets=False``: data
+copied from another log, replicated, or restored) must start at or after the LEO.
+
+Locking: one lock serialises appends, rolls, truncation and segment replacement; reads take a
+snapshot of the segment list and read files with ``pread`` (the bytes of a batch never change
+once written; a replacement swaps whole segments, and a reader holding an old segment keeps
+reading its still-open file).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import InvalidRecordError, OffsetOutOfRangeError, OutOfOrderSequenceError, RecordTooLargeError
+from ..records.batch import BatchHeader, set_base_offset, set_max_timestamp, set_partition_leader_epoch
+from . import names
+from .loader import LoadReport, LogLoader
+from .log_config import LogConfig
+from .names import TopicPartition
+from .producer_state import ProducerStateManager, control_type_of, last_sequence, load_producer_batches
+from .replace import CrashHook, replace_segments
+from .segment import AppendedBatch, FetchData, LogSegment
+from .segments import LogSegments
+from .validator import ValidatedBatch, ValidatedRequest, patch_base_offset, validate_request
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogAppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry of a batch already appended: nothing written
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = True,
+        clock_ms: Clock = wall_clock_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.topic_partition: TopicPartition = names.PartitionDirName.parse(self.dir.name).topic_partition
+        self.config = config or LogConfig.from_props()
+        self._clock = clock_ms
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self._jitter_ms = self._new_jitter()
+        loaded = LogLoader(self.dir, self.config, log_start_offset=log_start_offset,
+                           recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                           clock_ms=clock_ms, jitter_ms=self._jitter_ms).load()
+        self.segments: LogSegments = loaded.segments
+        self.load_report: LoadReport = loaded.report
+        self.log_start_offset = max(loaded.log_start_offset, self._first_base_offset())
+        self.recovery_point = loaded.recovery_point
+        self.log_end_offset = loaded.next_offset
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock_ms()
+        self.producer_state = ProducerStateManager()
+        self._pending_deletes: list[tuple[int, list[LogSegment]]] = []
+        self.closed = False
+        self._rebuild_producer_state()
+
+    # ------------------------------------------------------------------ helpers
+    def _new_jitter(self) -> int:
+        max_jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return self._rng.randrange(max_jitter) if max_jitter > 0 else 0
+
+    def _first_base_offset(self) -> int:
+        first = self.segments.first
+        return first.base_offset if first is not None else 0
+
+    def _new_segment(self, base_offset: int, temp_suffix: str = "") -> LogSegment:
+        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.max_index_size, rolling_jitter_ms=self._jitter_ms,
+                          clock_ms=self._clock, temp_suffix=temp_suffix)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        seg = self.segments.last
+        if seg is None:
+            raise RuntimeError(f"log {self.dir} has no segment")
+        return seg
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.segments.size_in_bytes()
+
+    @property
+    def name(self) -> str:
+        return str(self.topic_partition)
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.producer_state.last_stable_offset(self.log_end_offset)
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The log's lock: hold it to choose segments and act on them atomically (retention)."""
+        return self._lock
+
+    # ------------------------------------------------------------------ append
+    def append(self, data: bytes | bytearray | memoryview, *, assign_offsets: bool = True,
+               leader_epoch: int = -1) -> LogAppendInfo:
+        """Validate and append one request's batches; return the offsets they got.
+
+        ``assign_offsets``: a client's batches (base offset 0) get the next offsets; otherwise
+        the batches keep theirs, which must start at or after the log end offset.
+        """
+        now = self._clock()
+        request = validate_request(data, self.config, now_ms=now, from_client=assign_offsets)
+        batches = request.batches
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"log {self.name} is closed")
+            if assign_offsets and request.has_producer_id:
+                duplicate = self._check_sequences(request)
+                if duplicate is not None:
+                    return duplicate
+            append_time = now if assign_offsets and self.config.message_timestamp_type == "LogAppendTime" else -1
+            bases = self._base_offsets(request, assign_offsets)
+            header: bytes | None = None
+            out: bytes | bytearray | memoryview = data
+            if assign_offsets:
+                if len(batches) == 1 and append_time < 0 and leader_epoch < 0 and \
+                        batches[0].max_timestamp == batches[0].header.max_timestamp:
+                    # the common case: a new 61-byte header, the body written as it came
+                    header = patch_base_offset(data, bases[0])
+                else:
+                    out = bytearray(data)
+                    for b, base in zip(batches, bases):
+                        set_base_offset(out, b.position, base)
+                        if leader_epoch >= 0:
+                            set_partition_leader_epoch(out, b.position, leader_epoch)
+                        if append_time >= 0:
+                            set_max_timestamp(out, b.position, b.header.batch_length + 12, append_time, True)
+                        elif b.max_timestamp != b.header.max_timestamp:
+                            set_max_timestamp(out, b.position, b.header.batch_length + 12, b.max_timestamp, False)
+            entries = [AppendedBatch(base + b.header.last_offset_delta,
+                                     append_time if append_time >= 0 else b.max_timestamp,
+                                     b.header.batch_length + 12)
+                       for b, base in zip(batches, bases)]
+            last_offset = entries[-1].last_offset
+            max_ts = append_time if append_time >= 0 else request.max_timestamp
+            if request.size > self.config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"request of {request.size} bytes is larger than segment.bytes "
+                    f"{self.config.segment_bytes} of {self.name}")
+            segment = self._maybe_roll(request.size, max_ts, last_offset, bases[0])
+            segment.append(entries, out, header)
+            self.log_end_offset = last_offset + 1
+            if request.has_transactional:
+                self._update_producer_state(out, batches, bases)
+            if request.has_producer_id:
+                for b, base in zip(batches, bases):
+                    h = b.header
+                    if h.producer_id >= 0:
+                        self.producer_state.on_producer_batch(
+                            h.producer_id, h.producer_epoch, h.base_sequence,
+                            last_sequence(h.base_sequence, h.last_offset_delta), base,
+                            base + h.last_offset_delta, is_control=h.is_control)
+            self.unflushed_messages += request.num_records
+            if self.unflushed_messages >= self.config.flush_messages:
+                self.flush()
+            return LogAppendInfo(bases[0], last_offset, max_ts, append_time, len(batches),
+                                 request.num_records, request.size)
+
+    def _check_sequences(self, request: ValidatedRequest) -> LogAppendInfo | None:
+        """Idempotent producers' sequence and epoch checks (producer_state.py); the original
+        offsets when the request is a retry of one batch already appended."""
+        pending: dict[int, tuple[int, int]] = {}
+        for b in request.batches:
+            h = b.header
+            if h.producer_id < 0:
+                continue
+            seen = self.producer_state.check_sequence(
+                h.producer_id, h.producer_epoch, h.base_sequence,
+                last_sequence(h.base_sequence, h.last_offset_delta), pending)
+            if seen is not None:
+                if len(request.batches) != 1:
+                    raise OutOfOrderSequenceError(
+                        f"producer {h.producer_id}: a request of {len(request.batches)} batches repeats "
+                        f"sequences {seen.first_seq}-{seen.last_seq} already appended")
+                log.info("%s: duplicate batch of producer %d (sequences %d-%d) answered with offset %d",
+                         self.name, h.producer_id, seen.first_seq, seen.last_seq, seen.first_offset)
+                return LogAppendInfo(seen.first_offset, seen.last_offset, -1, -1, 1, request.num_records,
+                                     request.size, duplicate=True)
+        return None
+
+    def _base_offsets(self, request: ValidatedRequest, assign_offsets: bool) -> list[int]:
+        if assign_offsets:
+            bases, next_offset = [], self.log_end_offset
+            for b in request.batches:
+                bases.append(next_offset)
+                next_offset += b.header.last_offset_delta + 1
+            return bases
+        bases = [b.header.base_offset for b in request.batches]
+        floor = self.log_end_offset
+        for b in request.batches:
+            if b.header.base_offset < floor:
+                raise InvalidRecordError(b.position, (
+                    f"batch base offset {b.header.base_offset} is below {floor}, the log end offset of "
+                    f"{self.name} or the end of the previous batch"))
+            floor = b.header.last_offset + 1
+        return bases
+
+    def _update_producer_state(self, data: bytes | bytearray | memoryview, batches: list[ValidatedBatch],
+                               bases: list[int]) -> None:
+        mv = memoryview(data)
+        for b, base in zip(batches, bases):
+            if not b.header.is_transactional:
+                continue
+            header = b.header._replace(base_offset=base)
+            raw = mv[b.position:b.position + header.size]
+            control = control_type_of(raw, header) if header.is_control else None
+            done = self.producer_state.on_batch(header, control)
+            if done is not None and done.is_aborted:
+                self.active_segment.txn_index.append(self.producer_state.aborted_entry(done))
+
+    def _rebuild_producer_state(self) -> None:
+        """Open transactions and missing transaction index entries, from batch headers."""
+        self.producer_state = ProducerStateManager()
+        for seg in self.segments.values():
+            table = seg.log.scan()
+            load_producer_batches(self.producer_state, table)
+            flagged = np.flatnonzero(table.attributes & 0x10)
+            if flagged.size == 0:
+                continue
+            indexed = {t.last_offset for t in seg.txn_index.entries}
+            for i in flagged.tolist():
+                pos, size = int(table.position[i]), int(table.size[i])
+                raw = seg.log.read(pos, size)
+                header = BatchHeader.parse(raw)
+                control = control_type_of(raw, header) if header.is_control else None
+                done = self.producer_state.on_batch(header, control)
+                if done is not None and done.is_aborted and done.last_offset not in indexed:
+                    seg.txn_index.append(self.producer_state.aborted_entry(done))
+
+    # ------------------------------------------------------------------ roll
+    def _maybe_roll(self, batches_bytes: int, max_timestamp: int, max_offset: int, first_offset: int) -> LogSegment:
+        segment = self.active_segment
+        why = segment.should_roll(segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms,
+                                  batches_bytes=batches_bytes, max_timestamp_in_batches=max_timestamp,
+                                  max_offset_in_batches=max_offset, now_ms=self._clock())
+        if why is None:
+            return segment
+        log.info("rolling %s at offset %d: %s", self.name, first_offset, why)
+        # as Kafka: the new segment starts at the first appended offset (or the LEO if higher)
+        return self.roll(first_offset)
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Close the active segment for appends and start a new one at the log end offset."""
+        with self._lock:
+            self._ensure_open()
+            new_offset = max(self.log_end_offset, expected_next_offset or 0)
+            active = self.active_segment
+            if active.base_offset == new_offset and active.size_in_bytes == 0:
+                return active  # already an empty segment there
+            if new_offset in self.segments:
+                raise RuntimeError(f"trying to roll {self.name} to offset {new_offset}, which has a segment")
+            for suffix in names.SEGMENT_SUFFIXES:
+                stale = names.segment_file(self.dir, new_offset, suffix)
+                if stale.exists():
+                    log.warning("deleting stale %s before rolling %s", stale, self.name)
+                    stale.unlink()
+            active.on_become_inactive()
+            self._jitter_ms = self._new_jitter()
+            segment = self._new_segment(new_offset)
+            self.segments.add(segment)
+            return segment
+
+    # ------------------------------------------------------------------ read
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchData:
+        """Whole batches from ``start_offset`` (below ``max_offset`` when given: e.g. the LSO)."""
+        end = self.log_end_offset
+        if start_offset > end or start_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range [{self.log_start_offset}, {end}] for {self.name}")
+        if start_offset == end:
+            return FetchData(self.active_segment.size_in_bytes, b"", start_offset)
+        for segment in self.segments.values(start_offset, None):
+            max_position = None
+            if max_offset is not None:
+                if max_offset <= start_offset:
+                    return FetchData(0, b"", start_offset)
+                stop = segment.translate_offset(max_offset)
+                max_position = stop.position if stop is not None else None
+            data = segment.read(start_offset, max_bytes, max_position, min_one_batch)
+            if data is not None and data.records:
+                return data
+        return FetchData(0, b"", start_offset)
+
+    # ------------------------------------------------------------------ flush
+    def flush(self, offset: int | None = None) -> None:
+        """Fsync every segment holding offsets below ``offset`` (default: the LEO); the recovery
+        point moves there."""
+        with self._lock:
+            target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+            if target <= self.recovery_point:
+                return
+            for segment in self.segments.values(self.recovery_point, target):
+                segment.flush()
+            self.recovery_point = target
+            self.unflushed_messages = 0
+            self.last_flush_ms = self._clock()
+
+    # ------------------------------------------------------------------ truncation and retention
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every offset >= ``target_offset`` (batch-aligned); True when anything went."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset {target_offset}")
+        with self._lock:
+            self._ensure_open()
+            if target_offset >= self.log_end_offset:
+                return False
+            if target_offset <= self._first_base_offset():
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            for segment in self.segments.higher_segments(target_offset):
+                if segment.base_offset >= target_offset:
+                    self.segments.remove(segment.base_offset)
+                    segment.delete_if_exists()
+            floor = self.segments.floor_segment(target_offset)
+            if floor is not None:
+                floor.truncate_to(target_offset)
+            self.log_end_offset = self.active_segment.read_next_offset()
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self._rebuild_producer_state()
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        with self._lock:
+            self._ensure_open()
+            for segment in self.segments.values():
+                self.segments.remove(segment.base_offset)
+                segment.delete_if_exists()
+            self.segments.add(self._new_segment(new_offset))
+            self.log_end_offset = new_offset
+            self.log_start_offset = new_offset
+            self.recovery_point = new_offset
+            self.producer_state = ProducerStateManager()
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        with self._lock:
+            if new_start <= self.log_start_offset:
+                return False
+            if new_start > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset of {self.name} to {new_start}, beyond the "
+                    f"log end offset {self.log_end_offset}")
+            self.log_start_offset = new_start
+            return True
+
+    def delete_segments_below_start(self) -> list[LogSegment]:
+        """Delete segments whose offsets are all below the log start offset (never the active)."""
+        with self._lock:
+            doomed = []
+            for segment in self.segments.values():
+                nxt = self.segments.higher_segment(segment.base_offset)
+                if nxt is None or nxt.base_offset > self.log_start_offset:
+                    break
+                doomed.append(segment)
+            self.delete_segments(doomed)
+            return doomed
+
+    def delete_segments(self, doomed: Sequence[LogSegment]) -> None:
+        """Remove segments from the log and delete their files after file.delete.delay.ms."""
+        with self._lock:
+            if not doomed:
+                return
+            if len(doomed) == len(self.segments):
+                self.roll()
+            for segment in doomed:
+                self.segments.remove(segment.base_offset)
+                segment.change_file_suffixes("", names.DELETED_SUFFIX)
+            self.log_start_offset = max(self.log_start_offset, self._first_base_offset())
+            self._schedule_delete(list(doomed))
+
+    def _schedule_delete(self, doomed: list[LogSegment]) -> None:
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            for segment in doomed:
+                segment.delete_if_exists()
+        else:
+            self._pending_deletes.append((self._clock() + delay, doomed))
+
+    def delete_expired_files(self) -> int:
+        """Remove ``.deleted`` segments whose delay has passed; return how many."""
+        now = self._clock()
+        with self._lock:
+            due = [item for item in self._pending_deletes if item[0] <= now]
+            self._pending_deletes = [item for item in self._pending_deletes if item[0] > now]
+        count = 0
+        for _when, segments in due:
+            for segment in segments:
+                segment.delete_if_exists()
+                count += 1
+        return count
+
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment],
+                         crash_hook: CrashHook | None = None) -> None:
+        with self._lock:
+            self._ensure_open()
+            replace_segments(self.segments, new_segments, old_segments, directory=self.dir,
+                             schedule_delete=self._schedule_delete, crash_hook=crash_hook)
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty ``.cleaned`` segment to write a replacement into."""
+        for suffix in names.SEGMENT_SUFFIXES:
+            names.segment_file(self.dir, base_offset, suffix, names.CLEANED_SUFFIX).unlink(missing_ok=True)
+        return self._new_segment(base_offset, names.CLEANED_SUFFIX)
+
+    # ------------------------------------------------------------------ life cycle
+    def _ensure_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"log {self.name} is closed")
+
+    def close(self) -> None:
+        """Flush nothing (the caller decides), trim the active indexes, release the files."""
+        with self._lock:
+            if self.closed:
+                return
+            for segment in self.segments.values():
+                segment.close()
+            for _when, segments in self._pending_deletes:
+                for segment in segments:
+                    segment.close_handlers()
+            self.closed = True
+
+    def close_handlers(self) -> None:
+        """Release the files without writing anything (its log directory failed)."""
+        with self._lock:
+            for segment in self.segments.values():
+                segment.close_handlers()
+            for _when, segments in self._pending_deletes:
+                for segment in segments:
+                    segment.close_handlers()
+            self.closed = True
+
+    def delete(self) -> None:
+        """Remove every file of the log and its directory."""
+        with self._lock:
+            self.close()
+            for segment in self.segments.values():
+                segment.delete_if_exists()
+            for _when, segments in self._pending_deletes:
+                for segment in segments:
+                    segment.delete_if_exists()
+            self._pending_deletes = []
+            for path in self.dir.iterdir():
+                path.unlink()
+            self.dir.rmdir()
+
+    def __repr__(self) -> str:
+        return f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset})"
+

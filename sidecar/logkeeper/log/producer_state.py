@@ -1,0 +1,196 @@
+"""Open transactions of a log: what the last stable offset and the transaction index need.
+
+A transactional producer's data batches open a transaction at their first offset; its COMMIT
+or ABORT marker (a control batch) closes it. The last stable offset (LSO) is the first offset
+of the earliest open transaction, or the log end offset when none is open: readers under
+read_committed and the cleaner stop there. An ABORT marker adds an entry to the transaction
+index of the segment it lands in.
+
+Only header fields are needed (producer id, flags, offsets), plus the 4-byte key of control
+records to tell COMMIT from ABORT; nothing here walks data records.
+
+Idempotent producers (producer id >= 0): per producer its epoch and the metadata of its last
+five batches (first and last sequence, first and last offset), as Kafka's ProducerStateEntry.
+A client's batch is checked before it is appended (``check_sequence``, Kafka's rules):
+
+- an epoch below the producer's current one: InvalidProducerEpochError;
+- the same epoch and the same first and last sequence as one of the five retained batches: a
+  duplicate (a retry of an acknowledged batch): not appended, answered with the original offsets;
+- a higher epoch: the sequence must restart at 0 (else OutOfOrderSequenceError);
+- the same epoch: first sequence = last sequence + 1 (wrapping from 2^31 - 1 to 0), else
+  OutOfOrderSequenceError; a producer with no state (new, or its batches removed) may start
+  anywhere.
+
+Kafka also snapshots producer state (``.snapshot`` files); logkeeper rebuilds open transactions
+and the producers' last batches by scanning batch headers on load instead (a headers-only scan
+of a segment runs at memory speed), and does not write snapshots yet. Producers are not
+expired (Kafka drops them after producer.id.expiration.ms).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from ..index.txn_index import AbortedTxn
+from ..records.batch import HEADER_SIZE, BatchHeader
+from ..records.builder import ControlType
+from ..records.compression import Codec, decompress
+from ..records.scan import BatchTable
+from ..records.varint import MAX_VARLONG_BYTES, decode_varint
+
+
+@dataclass
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+def control_type_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> ControlType | None:
+    """COMMIT or ABORT for a control batch's first record; None for other control types."""
+    area: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.codec != Codec.NONE:
+        area = decompress(Codec(header.codec), area)
+    if header.record_count < 1:
+        return None
+    pos = 0
+    _length, pos = decode_varint(area, pos)
+    pos += 1  # attributes
+    _ts, pos = decode_varint(area, pos, MAX_VARLONG_BYTES)
+    _od, pos = decode_varint(area, pos)
+    key_len, pos = decode_varint(area, pos)
+    if key_len < 4:
+        return None
+    _version, ctype = struct.unpack_from(">hh", area, pos)
+    return ControlType(ctype) if ctype in (0, 1) else None
+
+
+BATCHES_RETAINED = 5
+INT32_MAX = (1 << 31) - 1
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record (sequences wrap from 2^31 - 1 to 0)."""
+    return (base_sequence + last_offset_delta) % (INT32_MAX + 1)
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass
+class ProducerStateManager:
+    """Open transactions by producer id (first offset) and idempotent producers' last batches,
+    updated batch by batch."""
+
+    ongoing: dict[int, int] = field(default_factory=dict)
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+
+    def check_sequence(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+                       pending: dict[int, tuple[int, int]] | None = None) -> BatchMeta | None:
+        """Raise when a client's batch breaks its producer's sequence; return the retained batch
+        it duplicates, or None to append it. ``pending``: (epoch, last sequence) of batches of the
+        same request checked before this one (updated here)."""
+        entry = self.producers.get(producer_id)
+        known = pending.get(producer_id) if pending is not None else None
+        cur_epoch, cur_last = known if known is not None else \
+            ((entry.epoch, entry.last_seq) if entry is not None else (-1, -1))
+        if known is None and entry is not None and epoch == entry.epoch:
+            for b in entry.batches:
+                if b.first_seq == first_seq and b.last_seq == last_seq:
+                    return b
+        if epoch < cur_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than its current epoch {cur_epoch}")
+        if epoch > cur_epoch:
+            if first_seq != 0 and cur_epoch >= 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id} starts epoch {epoch} at sequence {first_seq}, not 0")
+        elif cur_last >= 0 and first_seq != (cur_last + 1) % (INT32_MAX + 1):
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch}: sequence {first_seq} does not follow {cur_last}")
+        if pending is not None:
+            pending[producer_id] = (epoch, last_seq)
+        return None
+
+    def on_producer_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+                          first_offset: int, last_offset: int, *, is_control: bool) -> None:
+        """Record an appended (or loaded) batch of an idempotent or transactional producer."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = self.producers[producer_id] = ProducerEntry(epoch)
+        elif epoch < entry.epoch:
+            return  # a marker or batch of an older epoch (loaded data): the newer epoch stands
+        if not is_control and first_seq >= 0:
+            entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset))
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, log_end_offset: int) -> int:
+        first = self.first_unstable_offset()
+        return log_end_offset if first is None else min(first, log_end_offset)
+
+    def on_batch(self, header: BatchHeader, control: ControlType | None) -> CompletedTxn | None:
+        """Update from one appended batch; return the transaction a marker completes."""
+        if not header.is_transactional or not header.has_producer_id:
+            return None
+        pid = header.producer_id
+        if header.is_control:
+            if control is None:
+                return None
+            first = self.ongoing.pop(pid, None)
+            if first is None:
+                return None  # an empty transaction: nothing to abort or index
+            return CompletedTxn(pid, first, header.base_offset, control == ControlType.ABORT)
+        self.ongoing.setdefault(pid, header.base_offset)
+        return None
+
+    def aborted_entry(self, txn: CompletedTxn) -> AbortedTxn:
+        """The transaction index entry of an aborted txn. Its LSO, as Kafka records it, is the
+        first offset of the earliest other open transaction, else the marker's offset + 1."""
+        others = self.first_unstable_offset()
+        lso = txn.last_offset + 1 if others is None else others
+        return AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
+
+
+def load_producer_batches(state: ProducerStateManager, table: BatchTable) -> None:
+    """Feed a segment's batches of idempotent producers (in offset order) to ``state``: for each
+    producer only its last BATCHES_RETAINED batches of the segment, found with numpy, so that a
+    segment of many small batches costs no Python loop per batch."""
+    rows = np.flatnonzero(table.producer_id >= 0)
+    if rows.size == 0:
+        return
+    pids = table.producer_id[rows]
+    order = np.lexsort((rows, pids))  # by producer, then by position
+    sorted_pids = pids[order]
+    group_end = np.r_[np.flatnonzero(sorted_pids[1:] != sorted_pids[:-1]), sorted_pids.size - 1]
+    ends = np.repeat(group_end, np.diff(np.r_[-1, group_end]))
+    keep = np.sort(rows[order[(ends - np.arange(sorted_pids.size)) < BATCHES_RETAINED]])
+    for i in keep.tolist():
+        base = int(table.base_offset[i])
+        delta = int(table.last_offset_delta[i])
+        seq = int(table.base_sequence[i])
+        state.on_producer_batch(int(table.producer_id[i]), int(table.producer_epoch[i]), seq,
+                                last_sequence(seq, delta) if seq >= 0 else -1, base, base + delta,
+                                is_control=bool(int(table.attributes[i]) & 0x20))

@@ -1,0 +1,405 @@
+"""LogSegment: one ``.log`` file with its offset, time and transaction indexes.
+
+Files (``<base offset, 20 digits>`` + suffix): ``.log`` (batches), ``.index`` (offset ->
+position every index.interval.bytes), ``.timeindex`` (max timestamp so far -> offset, at the
+same moments), ``.txnindex`` (aborted transactions). A segment holds offsets
+[base_offset, base_offset + 2^31 - 1] so that every offset fits in the indexes as an int32 delta.
+
+Index entries follow Kafka: before appending a batch, when more than index.interval.bytes were
+appended since the last entry, the batch's LAST offset is paired with the position where the
+batch STARTS, and the time index gets the largest timestamp seen so far with its offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
+from ..index.offset_index import OffsetIndex
+from ..index.time_index import TimeIndex
+from ..index.txn_index import TransactionIndex
+from ..records.batch import NO_TIMESTAMP
+from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
+from . import names
+from .file_records import FileRecords, LogOffsetPosition
+from .index_plan import plan_index_entries
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = (1 << 31) - 1
+
+
+class AppendedBatch(NamedTuple):
+    """What a segment needs to know of each appended batch to keep its indexes."""
+
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """Whole batches read from a segment: their bytes, first batch position and base offset."""
+
+    position: int
+    records: bytes
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    truncated_bytes: int
+    valid_bytes: int
+    batches: int
+    reason: str  # "" when the segment was intact
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = 10 * 1024 * 1024,
+        rolling_jitter_ms: int = 0,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        temp_suffix: str = "",
+        writable: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self._clock_ms = clock_ms
+        d = self.directory
+        self.log = FileRecords(names.log_file(d, base_offset, temp_suffix), writable=writable)
+        self.time_index_was_missing = not names.segment_file(
+            d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix).exists()
+        self.offset_index_was_missing = not names.segment_file(
+            d, base_offset, names.INDEX_SUFFIX, temp_suffix).exists()
+        self.offset_index = OffsetIndex(
+            names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
+            max_index_size, writable)
+        self.time_index = TimeIndex(
+            names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix), base_offset,
+            max_index_size, writable)
+        self.txn_index = TransactionIndex(
+            names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
+        self.created_ms = clock_ms()
+        self.bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp_so_far = last.offset
+
+    # ------------------------------------------------------------------ size and names
+    @property
+    def size_in_bytes(self) -> int:
+        return self.log.size_in_bytes
+
+    @property
+    def name(self) -> str:
+        return self.log.path.name
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def ensure_offset_in_range(self, offset: int) -> None:
+        if not self.can_convert_to_relative_offset(offset):
+            raise LogSegmentOffsetOverflowError(self.base_offset, offset, str(self.log.path))
+
+    # ------------------------------------------------------------------ append
+    def append(self, batches: Sequence[AppendedBatch], data: bytes | bytearray | memoryview,
+               header: bytes | None = None) -> None:
+        """Append ``data`` (whole batches, described by ``batches``) and keep the indexes.
+
+        ``header``, when given, replaces the first bytes of ``data`` on disk (a batch whose
+        base offset was assigned), written together in one writev with no copy of the body.
+        """
+        if not batches:
+            return
+        last_offset = batches[-1][0]
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            raise LogSegmentOffsetOverflowError(self.base_offset, last_offset, str(self.log.path))
+        position = self.log.append(data, header)
+        if position == 0 and self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = batches[0][1]
+        for last, max_ts, size in batches:
+            if max_ts > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = max_ts
+                self.offset_of_max_timestamp_so_far = last
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last, position)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+                self.bytes_since_last_index_entry = 0
+            position += size
+            self.bytes_since_last_index_entry += size
+
+    # ------------------------------------------------------------------ reads
+    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch whose last offset >= ``offset``, searched from the index entry."""
+        mapping = self.offset_index.lookup(offset)
+        return self.log.search_for_offset(offset, max(mapping.position, starting_position))
+
+    def read(self, start_offset: int, max_bytes: int, max_position: int | None = None,
+             min_one_batch: bool = True) -> FetchData | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` (but at
+        least one batch when ``min_one_batch``), never past ``max_position``."""
+        if max_bytes < 0:
+            raise ValueError(f"invalid max_bytes {max_bytes} for reading {self.log.path}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        limit = self.log.size_in_bytes if max_position is None else min(max_position, self.log.size_in_bytes)
+        end = start.position
+        first_offset = -1
+        for position, header in self.log.headers_from(start.position, limit):
+            if end - start.position + header.size > max_bytes and not (
+                    min_one_batch and end == start.position):
+                break
+            if first_offset < 0:
+                first_offset = header.base_offset
+            end = position + header.size
+        if end == start.position:
+            return FetchData(start.position, b"", start_offset)
+        return FetchData(start.position, self.log.read(start.position, end - start.position), first_offset)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (the base offset when empty)."""
+        start = self.offset_index.lookup(self.offset_index.last_offset).position
+        next_offset = self.base_offset
+        for _pos, header in self.log.headers_from(start):
+            next_offset = header.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp_ms: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first batch with max timestamp >= ``timestamp_ms``."""
+        entry = self.time_index.lookup(timestamp_ms)
+        position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
+        found = self.log.search_for_timestamp(timestamp_ms, position)
+        if found is None:
+            return None
+        return found.timestamp, max(found.offset, starting_offset)
+
+    # ------------------------------------------------------------------ roll decisions
+    def _load_first_batch_timestamp(self) -> None:
+        if self._rolling_based_timestamp is None and self.log.size_in_bytes > 0:
+            header = self.log.header_at(0)
+            if header is not None:
+                self._rolling_based_timestamp = header.max_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, max_timestamp_in_batches: int) -> int:
+        if self._rolling_based_timestamp is None:
+            self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return max_timestamp_in_batches - ts
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, segment_bytes: int, segment_ms: int, batches_bytes: int,
+                    max_timestamp_in_batches: int, max_offset_in_batches: int, now_ms: int) -> str | None:
+        """Why the next append must go to a new segment, or None (Kafka's rules)."""
+        size = self.log.size_in_bytes
+        if size > segment_bytes - batches_bytes:
+            return "segment.bytes"
+        if size > 0 and self.time_waited_for_roll(now_ms, max_timestamp_in_batches) > (
+                segment_ms - self.rolling_jitter_ms):
+            return "segment.ms"
+        if self.offset_index.is_full():
+            return "offset index full"
+        if self.time_index.is_full():
+            return "time index full"
+        if not 0 <= max_offset_in_batches - self.base_offset <= INT32_MAX:
+            return "relative offset overflow"
+        return None
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> RecoveryResult:
+        """Validate every batch, cut the invalid tail, rebuild the offset and time indexes.
+
+        Stops at the first batch that is torn, too short, of a foreign magic, fails its CRC or
+        holds an offset below the segment's base or not above the previous batch's last offset
+        (baseOffset is outside the CRC: a flipped bit there must not reach the indexes out of
+        order); everything from there on is truncated. A
+        batch beyond base + 2^31 - 1 raises LogSegmentOffsetOverflowError instead (the loader
+        splits such a segment).
+        The transaction index is reset; the log rebuilds it from producer state.
+        """
+        self.offset_index.truncate()
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.truncate()
+        self.time_index.resize(self.max_index_size)
+        self.txn_index.reset()
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        reason = ""
+        with self.log.mapped() as buf:
+            table = scan_batches(buf, 0, self.log.size_in_bytes)
+            n = len(table)
+            bad = first_crc_mismatch(buf, table)
+        if bad >= 0:
+            n, reason = bad, f"CRC mismatch at position {int(table.position[bad])}"
+        last_offsets = table.base_offset[:n] + table.last_offset_delta[:n]
+        overflow = np.flatnonzero(last_offsets - self.base_offset > INT32_MAX)
+        previous_end = np.concatenate(([self.base_offset], last_offsets[:-1] + 1))[:n]
+        below = np.flatnonzero(table.base_offset[:n] < previous_end)
+        if overflow.size and (below.size == 0 or overflow[0] < below[0]):
+            # not corruption: a segment from an old cleaner; the loader splits it (KAFKA-6264)
+            raise LogSegmentOffsetOverflowError(self.base_offset, int(last_offsets[overflow[0]]),
+                                                str(self.log.path))
+        if below.size:
+            n = int(below[0])
+            reason = (f"offset {int(table.base_offset[n])} below the segment base or the previous batch "
+                      f"at position {int(table.position[n])}")
+        if not reason and table.stop_reason != ScanStop.END:
+            reason = f"{table.stop_reason.name.lower().replace('_', ' ')} at position {table.stop_position}"
+        valid_bytes = int(table.position[n - 1] + table.size[n - 1]) if n else 0
+        self._rebuild_indexes(table.position[:n], table.size[:n], last_offsets[:n], table.max_timestamp[:n])
+        truncated = self.log.size_in_bytes - valid_bytes
+        if truncated > 0:
+            log.warning("truncating %s at position %d (%s): %d invalid bytes", self.log.path,
+                        valid_bytes, reason, truncated)
+            self.log.truncate_to(valid_bytes)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                     skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        return RecoveryResult(truncated, valid_bytes, n, reason if truncated > 0 else "")
+
+    def _rebuild_indexes(self, positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
+                         max_timestamps: np.ndarray) -> None:
+        """Index entries exactly where appends would have put them (``index_plan.py``)."""
+        plan = plan_index_entries(positions, sizes, last_offsets, max_timestamps,
+                                  self.index_interval_bytes, self.base_offset)
+        self.offset_index.append_many(*plan.offset_entries)
+        self.time_index.append_many(*plan.time_entries)
+        self.bytes_since_last_index_entry = plan.bytes_since_last_entry
+        self.max_timestamp_so_far = plan.max_timestamp
+        self.offset_of_max_timestamp_so_far = plan.offset_of_max_timestamp
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError (or FileNotFoundError for a missing offset index)."""
+        if self.offset_index_was_missing:
+            raise FileNotFoundError(f"offset index of {self.log.path} is missing")
+        if self.time_index_was_missing:
+            # a time index that had to be created now is empty: force a rebuild
+            raise FileNotFoundError(f"time index of {self.log.path} is missing")
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        self.txn_index.sanity_check()
+
+    # ------------------------------------------------------------------ truncation and life cycle
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding ``offset`` and every later one (Kafka's rule: truncation is
+        batch-aligned, so an offset inside a batch removes that whole batch); return the bytes
+        removed."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        if mapping is None:
+            return 0
+        removed = self.log.truncate_to(mapping.position)
+        if self.log.size_in_bytes == 0:
+            self.created_ms = self._clock_ms()
+            self._rolling_based_timestamp = None
+        self.bytes_since_last_index_entry = 0
+        self._reload_max_timestamp()
+        return removed
+
+    def _reload_max_timestamp(self) -> None:
+        """Max timestamp so far from the time index tail plus the batches after it."""
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = last.timestamp, last.offset
+        start = self.offset_index.lookup(last.offset).position
+        for _pos, header in self.log.headers_from(start):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the file's modification time when none."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        for p in (self.log.path, self.offset_index.path, self.time_index.path):
+            if p.exists():
+                os.utime(p, (ms / 1000, ms / 1000))
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def on_become_inactive(self) -> None:
+        """The segment was rolled: final time index entry, indexes trimmed to their entries."""
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                     skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def close(self) -> None:
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                         skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+        self.log.close()
+
+    def close_handlers(self) -> None:
+        self.offset_index.close_handler()
+        self.time_index.close_handler()
+        self.log.close()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename every file of the segment from ``old_suffix`` to ``new_suffix`` (temp suffixes)."""
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+            path = f.path
+            name = path.name
+            base = name[: -len(old_suffix)] if old_suffix and name.endswith(old_suffix) else name
+            f.rename_to(path.with_name(base + new_suffix))
+
+    def delete_if_exists(self) -> None:
+        self.close_handlers()
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+            f.delete_if_exists()
+        # the producer snapshot of this offset belongs to the log; leave it
+
+    def has_overflow(self) -> bool:
+        """Whether some batch's offset does not fit this segment (logs from old cleaners).
+        A corrupt tail answers False: recovery deals with it."""
+        try:
+            next_offset = self.read_next_offset()
+        except CorruptRecordError:
+            return False
+        return next_offset > self.base_offset and not self.can_convert_to_relative_offset(next_offset - 1)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log.path}, size={self.size_in_bytes})"
+
+

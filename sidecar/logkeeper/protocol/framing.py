@@ -1,0 +1,72 @@
+"""Frames and headers of Kafka requests and responses.
+
+Every message on the connection is a frame: ``size int32`` (bytes after itself) + header + body.
+
+Request header (v1; v2 in an API's flexible versions)::
+
+    api_key         int16
+    api_version     int16
+    correlation_id  int32
+    client_id       string, nullable, always the classic int16-length form
+    tagged fields   (v2 only)
+
+Response header (v0; v1 in flexible versions, except ApiVersions which always uses v0)::
+
+    correlation_id  int32
+    tagged fields   (v1 only)
+
+A frame shorter than the fixed 8 header bytes or larger than ``kafka.max.request.bytes``, an
+unknown API key, a version outside the schemas, or a body that does not decode is malformed:
+the listener closes that connection and nothing of the request is acted upon.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .messages import APIS, ApiSpec
+from .primitives import MalformedError, Reader
+
+FRAME_SIZE = struct.Struct(">i")
+_FIXED = struct.Struct(">hhi")
+MIN_REQUEST_SIZE = _FIXED.size
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api key, version, correlation id) of a request frame body, before anything is validated."""
+    if len(frame) < MIN_REQUEST_SIZE:
+        raise MalformedError(f"request of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation_id = _FIXED.unpack_from(frame, 0)
+    return int(key), int(version), int(correlation_id)
+
+
+def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, ApiSpec, Reader]:
+    """The header, the API's spec and a reader at the body. MalformedError for an unknown key, a
+    version the schemas do not cover, or a bad header."""
+    key, version, correlation_id = peek_header(frame)
+    spec = APIS.get(key)
+    if spec is None:
+        raise MalformedError(f"unknown API key {key}")
+    if not spec.schema_min <= version <= spec.schema_max:
+        raise MalformedError(f"{spec.name} version {version} is outside the versions known here "
+                             f"({spec.schema_min}-{spec.schema_max})")
+    reader = Reader(frame, MIN_REQUEST_SIZE)
+    client_id = reader.string()
+    if spec.request_header_version(version) >= 2:
+        reader.skip_tagged_fields()
+    return RequestHeader(key, version, correlation_id, client_id), spec, reader
+
+
+def response_frame(correlation_id: int, header_version: int, body: bytes | bytearray) -> bytes:
+    tagged = b"\x00" if header_version >= 1 else b""
+    size = 4 + len(tagged) + len(body)
+    return FRAME_SIZE.pack(size) + struct.pack(">i", correlation_id) + tagged + bytes(body)

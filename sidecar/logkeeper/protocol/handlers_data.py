@@ -1,0 +1,210 @@
+"""Handlers of Produce, Fetch and ListOffsets: thin calls of the Sidecar's storage API.
+
+Produce: each partition's record bytes go to ``Sidecar.produce`` as they came (validation,
+offsets, idempotent producers' sequence checks happen in the log). acks 0, 1 and -1 (all) are
+served; on one node "all" in-sync replicas is the leader, so 1 and all answer after the append,
+without an fsync (flush.messages / flush.ms decide that, as in Kafka). acks 0 gets no response;
+a failed acks-0 request closes the connection, as Kafka does, so the client notices.
+Transactional produce (a transactional id) is refused with INVALID_REQUEST: there is no
+transaction coordinator. Versions below 3 (message formats 0 and 1) get UNSUPPORTED_VERSION.
+
+Fetch: sessionless (a request to open a fetch session is answered with session id 0, which
+clients take as "no session"); per partition up to ``partition_max_bytes`` and up to
+``max_bytes`` in all, at least one batch for the first partition with data (as Kafka). The
+high watermark is the log end offset (one replica). ``read_committed`` reads below the last
+stable offset and lists the aborted transactions from the transaction indexes. With less than
+``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions.
+
+ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
+holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
+the first batch with a timestamp at or above it (-1 when none).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..log.log import Log
+from ..log.names import TopicPartition
+from . import error_codes as ec
+from .context import BrokerContext, Connection
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+class CloseConnection(Exception):
+    """An acks-0 produce failed: the listener closes the connection instead of answering."""
+
+
+# ----------------------------------------------------------------------------------- produce
+def _append_all(ctx: BrokerContext, items: list[tuple[TopicPartition, bytes | None]]) -> list[dict[str, Any]]:
+    out = []
+    for tp, data in items:
+        entry: dict[str, Any] = {"index": tp.partition, "error_code": ec.NONE, "base_offset": -1,
+                                 "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
+                                 "error_message": None}
+        if not data:
+            entry.update(error_code=ec.INVALID_RECORD, error_message="no records")
+        else:
+            try:
+                result = ctx.sidecar.produce(tp, data, flush=False)
+                entry.update(base_offset=result.base_offset, log_append_time_ms=result.log_append_time_ms,
+                             log_start_offset=result.log_start_offset)
+            except Exception as e:  # every failure is answered per partition
+                entry.update(error_code=ec.code_of(e), error_message=str(e)[:500])
+                if entry["error_code"] == ec.UNKNOWN_SERVER_ERROR:
+                    raise
+        out.append(entry)
+    return out
+
+
+async def produce(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any] | None:
+    acks = req["acks"]
+    refuse = None
+    if version < 3:
+        refuse = (ec.UNSUPPORTED_VERSION, "Produce below v3 (message formats 0 and 1) is not supported")
+    elif req["transactional_id"] is not None:
+        refuse = (ec.INVALID_REQUEST, "transactions are not supported by logkeeper")
+    elif acks not in (0, 1, -1):
+        refuse = (ec.INVALID_REQUEST, f"acks must be 0, 1 or -1 (all), got {acks}")
+    items = [(TopicPartition(t["name"], p["index"]), p["records"])
+             for t in req["topic_data"] for p in t["partition_data"]]
+    if refuse is not None:
+        results = [{"index": tp.partition, "error_code": refuse[0], "base_offset": -1, "error_message": refuse[1]}
+                   for tp, _ in items]
+    else:
+        try:
+            results = await ctx.run(_append_all, ctx, items)
+        except Exception:
+            if acks == 0:
+                raise CloseConnection("an acks-0 produce failed") from None
+            raise
+    if acks == 0:
+        if any(r["error_code"] != ec.NONE for r in results):
+            raise CloseConnection("an acks-0 produce failed: " + "; ".join(
+                f"{tp}: {r.get('error_message')}" for (tp, _), r in zip(items, results) if r["error_code"]))
+        return None
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (tp, _), r in zip(items, results):
+        by_topic.setdefault(tp.topic, []).append(r)
+    return {"responses": [{"name": t, "partition_responses": rs} for t, rs in by_topic.items()],
+            "throttle_time_ms": 0}
+
+
+# ------------------------------------------------------------------------------------- fetch
+def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
+    out = []
+    for seg in lg.segments.values(start, upper):
+        for t in seg.txn_index.collect_aborted(start, upper):
+            out.append({"producer_id": t.producer_id, "first_offset": t.first_offset})
+    return out
+
+
+def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], budget: int, first: bool,
+                    committed: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"partition_index": tp.partition, "error_code": ec.NONE, "high_watermark": -1,
+                             "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                             "preferred_read_replica": -1, "records": b""}
+    try:
+        lg = ctx.sidecar.partition_log(tp)
+        leo, lso, start = lg.log_end_offset, lg.last_stable_offset, lg.log_start_offset
+        entry.update(high_watermark=leo, last_stable_offset=lso, log_start_offset=start)
+        offset = p["fetch_offset"]
+        max_bytes = min(p["partition_max_bytes"], budget)
+        if max_bytes > 0 or first:
+            data = ctx.sidecar.manager.read(tp, offset, max(max_bytes, 1), max_offset=lso if committed else None,
+                                            min_one_batch=first).records
+            entry["records"] = bytes(data)
+        elif not start <= offset <= leo:
+            entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
+        if committed:
+            entry["aborted_transactions"] = _aborted(lg, offset, lso) if entry["records"] else []
+    except Exception as e:
+        code = ec.code_of(e)
+        if code == ec.UNKNOWN_SERVER_ERROR:
+            raise
+        entry.update(error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
+    return entry
+
+
+def _read_all(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
+              committed: bool) -> tuple[list[dict[str, Any]], int]:
+    out, total = [], 0
+    for tp, p in wanted:
+        entry = _read_partition(ctx, tp, p, max_bytes - total, total == 0, committed)
+        total += len(entry["records"])
+        out.append(entry)
+    return out, total
+
+
+async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any]:
+    wanted = [(TopicPartition(t["topic"], p["partition"]), p) for t in req["topics"] for p in t["partitions"]]
+    committed = req["isolation_level"] == 1
+    if version < 4:
+        results = [{"partition_index": tp.partition, "error_code": ec.UNSUPPORTED_VERSION, "high_watermark": -1,
+                    "records": b""} for tp, _ in wanted]
+    else:
+        deadline = time.monotonic() + max(0, req["max_wait_ms"]) / 1000.0
+        while True:
+            results, total = await ctx.run(_read_all, ctx, wanted, max(0, req["max_bytes"]), committed)
+            left = deadline - time.monotonic()
+            if total >= req["min_bytes"] or left <= 0 or ctx.sidecar.stopping or \
+                    any(r["error_code"] != ec.NONE for r in results):
+                break
+            await ctx.notifier.wait([tp for tp, _ in wanted], left)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (tp, _), r in zip(wanted, results):
+        by_topic.setdefault(tp.topic, []).append(r)
+    return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0,
+            "responses": [{"topic": t, "partitions": rs} for t, rs in by_topic.items()]}
+
+
+# ------------------------------------------------------------------------------ list offsets
+def _offset_for(lg: Log, timestamp: int, committed: bool) -> tuple[int, int]:
+    """(timestamp, offset) answered for a ListOffsets target."""
+    if timestamp == LATEST:
+        return -1, lg.last_stable_offset if committed else lg.log_end_offset
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, lg.log_start_offset
+    segments = lg.segments.values()
+    if timestamp == MAX_TIMESTAMP:
+        best = max((s for s in segments if s.size_in_bytes), key=lambda s: s.max_timestamp_so_far, default=None)
+        if best is None or best.max_timestamp_so_far < 0:
+            return -1, -1
+        timestamp = best.max_timestamp_so_far
+        segments = [best]
+    for seg in segments:
+        if seg.size_in_bytes and seg.largest_timestamp >= timestamp:
+            found = seg.find_offset_by_timestamp(timestamp, lg.log_start_offset)
+            if found is not None:
+                return found
+    return -1, -1
+
+
+def _list_offsets(ctx: BrokerContext, wanted: list[tuple[TopicPartition, int]], committed: bool,
+                  version: int) -> list[dict[str, Any]]:
+    out = []
+    for tp, ts in wanted:
+        entry: dict[str, Any] = {"partition_index": tp.partition, "error_code": ec.NONE, "old_style_offsets": [],
+                                 "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        try:
+            lg = ctx.sidecar.partition_log(tp)
+            found_ts, offset = _offset_for(lg, ts, committed)
+            entry.update(timestamp=found_ts, offset=offset, old_style_offsets=[offset] if offset >= 0 else [])
+        except Exception as e:
+            entry["error_code"] = ec.code_of(e)
+            if entry["error_code"] == ec.UNKNOWN_SERVER_ERROR:
+                raise
+        out.append(entry)
+    return out
+
+
+async def list_offsets(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any]:
+    wanted = [(TopicPartition(t["name"], p["partition_index"]), p["timestamp"])
+              for t in req["topics"] for p in t["partitions"]]
+    results = await ctx.run(_list_offsets, ctx, wanted, req["isolation_level"] == 1, version)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (tp, _), r in zip(wanted, results):
+        by_topic.setdefault(tp.topic, []).append(r)
+    return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": rs} for t, rs in by_topic.items()]}

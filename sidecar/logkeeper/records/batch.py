@@ -1,0 +1,202 @@
+"""The v2 record batch header (magic 2): layout, parsing and in-place patches.
+
+All integers big-endian. ``size = 12 + batchLength``.
+
+| byte | field                | type   | notes                                              |
+|------|----------------------|--------|----------------------------------------------------|
+| 0    | baseOffset           | int64  | not covered by the CRC                             |
+| 8    | batchLength          | int32  | bytes after this field                             |
+| 12   | partitionLeaderEpoch | int32  | not covered by the CRC                             |
+| 16   | magic                | int8   | always 2                                           |
+| 17   | crc                  | uint32 | CRC-32C of bytes 21..end                           |
+| 21   | attributes           | int16  | see below                                          |
+| 23   | lastOffsetDelta      | int32  |                                                    |
+| 27   | baseTimestamp        | int64  | the delete horizon when attribute 0x40 is set      |
+| 35   | maxTimestamp         | int64  | the append time when attribute 0x08 is set         |
+| 43   | producerId           | int64  | -1 when none                                       |
+| 51   | producerEpoch        | int16  | -1 when none                                       |
+| 53   | baseSequence         | int32  | -1 when none                                       |
+| 57   | recordCount          | int32  |                                                    |
+| 61   | records              |        | one compressed block when a codec is set           |
+
+Attributes: bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd); 0x08 timestamp type
+(1 = LogAppendTime); 0x10 transactional; 0x20 control; 0x40 hasDeleteHorizonMs.
+
+Because baseOffset and partitionLeaderEpoch sit before the CRC'd range, assigning offsets or a
+leader epoch patches 12 bytes without recomputing the CRC; changing anything from byte 21 on
+(LogAppendTime, the delete horizon) needs a new CRC.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+import crc32c as _crc32c
+
+from ..errors import BadMagicError, CrcMismatchError, LengthPastEndError, ShortBatchError
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+assert HEADER_SIZE == 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+HEADER_SIZE_UP_TO_MAGIC = 17
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+MAGIC = 2
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_BE_INT64 = struct.Struct(">q")
+_BE_INT32 = struct.Struct(">i")
+_BE_UINT32 = struct.Struct(">I")
+_BE_INT16 = struct.Struct(">h")
+
+
+class TimestampType(IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) through the C-backed ``crc32c`` package."""
+    return int(_crc32c.crc32c(data))
+
+
+class BatchHeader(NamedTuple):
+    """The 13 header fields in order (a NamedTuple: built straight from ``HEADER.unpack_from``,
+    which keeps parsing on the append path under a microsecond)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @classmethod
+    def parse(
+        cls, buf: bytes | bytearray | memoryview, pos: int = 0, *, available: int | None = None
+    ) -> BatchHeader:
+        """Parse the header at ``pos``; raise the specific error for a short or foreign batch.
+
+        ``available`` is how many bytes the source holds from ``pos`` on, when ``buf`` is only
+        a prefix of it (a header read from a file); it defaults to the rest of ``buf``.
+        """
+        remaining = len(buf) - pos if available is None else available
+        if remaining < HEADER_SIZE_UP_TO_MAGIC:
+            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {HEADER_SIZE}")
+        magic = buf[pos + 16]
+        if magic != MAGIC:
+            raise BadMagicError(pos, f"magic {magic}, expected {MAGIC}")
+        if min(remaining, len(buf) - pos) < HEADER_SIZE:
+            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {HEADER_SIZE}")
+        header = cls._make(HEADER.unpack_from(buf, pos))
+        if header.size < HEADER_SIZE:
+            raise ShortBatchError(pos, f"batch length {header.batch_length} is below the header size")
+        if header.size > remaining:
+            raise LengthPastEndError(pos, f"batch of {header.size} bytes, {remaining} bytes left")
+        return header
+
+    def pack(self) -> bytes:
+        return HEADER.pack(*self)
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType((self.attributes & TIMESTAMP_TYPE_MASK) >> 3)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_FLAG)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+def ensure_crc(buf: bytes | bytearray | memoryview, header: BatchHeader, pos: int) -> None:
+    actual = compute_crc(buf, pos, header.size)
+    if actual != header.crc:
+        raise CrcMismatchError(pos, f"stored crc {header.crc:#010x}, computed {actual:#010x}")
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Assign offsets in place: baseOffset is outside the CRC'd range."""
+    _BE_INT64.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _BE_INT32.pack_into(buf, pos + 12, epoch)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, size: int, max_timestamp_ms: int,
+                      log_append_time: bool) -> None:
+    """Set the batch's max timestamp (and the LogAppendTime bit when asked); new CRC."""
+    (attributes,) = _BE_INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    if log_append_time:
+        _BE_INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _BE_INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
+    _BE_UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, append_time_ms: int) -> None:
+    """Mark the batch LogAppendTime with ``append_time_ms`` as its max timestamp; new CRC."""
+    set_max_timestamp(buf, pos, size, append_time_ms, True)

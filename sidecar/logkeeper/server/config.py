@@ -1,0 +1,334 @@
+"""The sidecar's configuration file (YAML, rendered by the operator into a ConfigMap) and its
+environment overrides.
+
+File format: a mapping with four sections, each optional except ``sidecar.token.file`` and
+``node.log.dirs`` (which may come from the environment instead)::
+
+    sidecar:                      # the sidecar's own keys (SIDECAR_SETTINGS below)
+      listen: ["127.0.0.1:8080"]  # host:port, IPv6 as [::1]:8080; port 0 = any free port
+      token.file: /var/run/secrets/logkeeper/token
+    node:                         # Kafka broker keys of the LogManager (log/manager_config.py):
+      log.dirs: [/data/disk-0, /data/disk-1]   # MANAGER_SETTINGS and the broker defaults of
+      log.retention.check.interval.ms: 300000  # topic keys (log.segment.bytes, log.retention.ms...)
+      num.recovery.threads.per.data.dir: 2
+    cleaner:                      # log.cleaner.* keys (cleaner/config.py)
+      log.cleaner.threads: 1
+    topics:                       # topic name -> partitions and topic-level configs
+      accounts:
+        partitions: 3
+        configs: {cleanup.policy: compact, segment.bytes: 104857600}
+
+Keys are Kafka's dotted names, written flat (``log.dirs``, not nested ``log: {dirs: ...}``); a
+value may be its type or a string; lists may be YAML lists or comma-separated strings. Every key
+is defined once, in its SettingGroup; an unknown key, section or topic field is an error naming
+the key, its section and the file.
+
+Environment overrides (applied over the file; the variable wins): every key of the ``sidecar``,
+``node`` and ``cleaner`` sections has one, ``LOGKEEPER_`` + the key upper-cased with ``.`` and
+``-`` as ``_``::
+
+    LOGKEEPER_LOG_DIRS=/data/disk-0,/data/disk-1   -> node      log.dirs
+    LOGKEEPER_LISTEN=0.0.0.0:8080                  -> sidecar   listen
+    LOGKEEPER_TOKEN_FILE=/var/run/secrets/token    -> sidecar   token.file
+    LOGKEEPER_LOG_CLEANER_THREADS=2                -> cleaner   log.cleaner.threads
+    LOGKEEPER_LOG_RETENTION_CHECK_INTERVAL_MS=1000 -> node      log.retention.check.interval.ms
+
+Topics come from the file only. Other ``LOGKEEPER_*`` variables are ignored with a warning
+(tools of the project use a few, e.g. LOGKEEPER_CRASH_ITERATIONS).
+
+Declared topics: at start the sidecar creates their missing partitions and gives them the file's
+configs, over what the API set at run time (the file is the operator's desired state); topics
+created through the API keep their configs in the log directories (topic_store.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..cleaner.config import CLEANER_SETTINGS, CleanerConfig
+from ..errors import InvalidConfigError
+from ..log import names
+from ..log.log_config import TOPIC_SETTINGS
+from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS, ManagerConfig
+from ..settings import Setting, SettingGroup, at_least
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "LOGKEEPER_"
+MIB = 1024 * 1024
+MAX_PARTITIONS_PER_TOPIC = 1024  # a bound on what one request may create
+
+
+def _listen_ok(value: list[str]) -> str | None:
+    if not value:
+        return "must name at least one host:port address"
+    return _addresses_ok(value)
+
+
+def _addresses_ok(value: list[str]) -> str | None:
+    for item in value:
+        try:
+            parse_listen_address(item)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
+SIDECAR_SETTINGS = SettingGroup("sidecar", (
+    Setting("listen", list, ["127.0.0.1:8080"],
+            "Addresses (host:port; [v6]:port) the HTTP API listens on; port 0 takes any free port.", _listen_ok),
+    Setting("token.file", str, "",
+            "File holding the bearer token of mutating requests (re-read when it changes).", None),
+    Setting("auth.reads", bool, False, "Require the bearer token for read requests too (status and metrics "
+            "excepted).", None),
+    Setting("max.request.bytes", int, 4 * MIB, "Largest request body accepted (413 beyond).", at_least(1024),
+            "bytes"),
+    Setting("fetch.max.bytes", int, 50 * MIB, "Largest max_bytes a fetch may ask for (Kafka's fetch.max.bytes).",
+            at_least(1), "bytes"),
+    Setting("io.threads", int, 8, "Threads that run storage calls off the event loop.", at_least(1)),
+    Setting("shutdown.timeout.ms", int, 25000,
+            "Bound on a clean shutdown (SIGTERM): past it the process exits without the clean-shutdown marker.",
+            at_least(1000), "ms"),
+    # the Kafka listener (logkeeper/protocol/); README "Kafka listener"
+    Setting("kafka.listen", list, [],
+            "Addresses (host:port; [v6]:port) of the Kafka protocol listener; empty = off. It has no "
+            "authentication: keep it on loopback unless the pod network is trusted.", _addresses_ok),
+    Setting("kafka.advertised.listeners", list, [],
+            "host:port that Metadata and FindCoordinator give clients, one per kafka.listen address; empty = "
+            "the address each client connected to.", _addresses_ok),
+    Setting("kafka.node.id", int, 0, "The node id the listener gives itself in Metadata.", at_least(0)),
+    Setting("kafka.max.request.bytes", int, 100 * MIB,
+            "Largest Kafka request frame accepted; a larger one closes the connection (Kafka's "
+            "socket.request.max.bytes).", at_least(1024), "bytes"),
+    Setting("offsets.topic.num.partitions", int, 1,
+            "Partitions of __consumer_offsets when the listener creates it (Kafka: 50, to spread groups over "
+            "brokers; one node needs one).", at_least(1)),
+    Setting("group.initial.rebalance.delay.ms", int, 3000,
+            "How long a new group waits for more members before its first rebalance.", at_least(0), "ms"),
+    Setting("group.min.session.timeout.ms", int, 6000, "Smallest session timeout a member may ask for.",
+            at_least(1), "ms"),
+    Setting("group.max.session.timeout.ms", int, 1800000, "Largest session timeout a member may ask for.",
+            at_least(1), "ms"),
+))
+
+SECTIONS = ("sidecar", "node", "cleaner", "topics")
+TOPIC_FIELDS = ("partitions", "configs")
+_NODE_KEYS = {**MANAGER_SETTINGS.by_key, **BROKER_LOG_DEFAULT_SETTINGS.by_key}
+
+
+def env_name(key: str) -> str:
+    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+def env_overrides_map() -> dict[str, tuple[str, str]]:
+    """Environment variable -> (section, key), for every key of the sidecar, node and cleaner sections."""
+    out: dict[str, tuple[str, str]] = {}
+    for section, keys in (("sidecar", SIDECAR_SETTINGS.by_key), ("node", _NODE_KEYS),
+                          ("cleaner", CLEANER_SETTINGS.by_key)):
+        for key in keys:
+            name = env_name(key)
+            if name in out:
+                raise InvalidConfigError(f"{name} would set both {out[name]} and {(section, key)}")
+            out[name] = (section, key)
+    return out
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6 address]:port`` -> (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {text!r} is not host:port (port 0-65535; IPv6 as [::1]:8080)")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    listen: list[str]
+    token_file: str
+    auth_reads: bool
+    max_request_bytes: int
+    fetch_max_bytes: int
+    io_threads: int
+    shutdown_timeout_ms: int
+    kafka_listen: list[str] = field(default_factory=list)
+    kafka_advertised_listeners: list[str] = field(default_factory=list)
+    kafka_node_id: int = 0
+    kafka_max_request_bytes: int = 100 * MIB
+    offsets_topic_num_partitions: int = 1
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+
+    @property
+    def listen_addresses(self) -> list[tuple[str, int]]:
+        return [parse_listen_address(a) for a in self.listen]
+
+    @property
+    def kafka_addresses(self) -> list[tuple[str, int]]:
+        return [parse_listen_address(a) for a in self.kafka_listen]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    configs: dict[str, Any] = field(default_factory=dict)  # validated topic-level overrides
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    source: str  # the file (for messages)
+    sidecar: SidecarSettings
+    manager: ManagerConfig
+    cleaner: CleanerConfig
+    topics: dict[str, TopicSpec]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return list(self.manager.log_dirs)
+
+
+# Kafka declares these topic keys as Java ints, the other integer keys as longs (TopicConfig).
+JAVA_INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Topic-level overrides parsed and validated: ``{key: value}`` (InvalidConfigError names the key).
+    Integers must also fit Kafka's type of the key (int or long), as a broker would require."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        setting = TOPIC_SETTINGS.by_key.get(str(key))
+        if setting is None:
+            raise InvalidConfigError(f"unknown topic config key {key!r}")
+        value = setting.parse(raw)
+        if setting.type is int:
+            limit = INT32_MAX if setting.key in JAVA_INT_TOPIC_KEYS else INT64_MAX
+            if not -limit - 1 <= value <= limit:
+                raise InvalidConfigError(f"invalid value {raw!r} for config {setting.key}: must be at most {limit}")
+        out[setting.key] = value
+    return out
+
+
+def _section(doc: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
+    raw = doc.get(name)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidConfigError(f"{source}: section {name!r} must be a mapping of keys to values")
+    return {str(k): v for k, v in raw.items()}
+
+
+def _check_keys(section: str, values: Mapping[str, Any], known: Mapping[str, Setting], source: str) -> None:
+    for key, value in values.items():
+        if key not in known:
+            hint = " (keys are Kafka's dotted names written flat, e.g. log.dirs)" if isinstance(value, Mapping) else ""
+            raise InvalidConfigError(f"{source}: unknown key {key!r} in section {section}{hint}")
+
+
+def _parse_topics(raw: Any, source: str) -> dict[str, TopicSpec]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidConfigError(f"{source}: section 'topics' must map topic names to {{partitions, configs}}")
+    out: dict[str, TopicSpec] = {}
+    for name, spec in raw.items():
+        name = str(name)
+        where = f"{source}: topic {name!r}"
+        try:
+            names.validate_topic(name)
+        except ValueError as e:
+            raise InvalidConfigError(f"{where}: {e}") from None
+        spec = spec or {}
+        if not isinstance(spec, Mapping):
+            raise InvalidConfigError(f"{where}: must be a mapping with partitions and configs")
+        for key in spec:
+            if key not in TOPIC_FIELDS:
+                raise InvalidConfigError(f"{where}: unknown key {key!r} (allowed: {', '.join(TOPIC_FIELDS)})")
+        partitions = spec.get("partitions", 1)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) \
+                or not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidConfigError(f"{where}: partitions must be an integer from 1 to {MAX_PARTITIONS_PER_TOPIC}, "
+                                     f"got {partitions!r}")
+        configs = spec.get("configs") or {}
+        if not isinstance(configs, Mapping):
+            raise InvalidConfigError(f"{where}: configs must be a mapping of topic keys to values")
+        try:
+            parsed = validate_topic_configs(configs)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"{where}: {e}") from None
+        out[name] = TopicSpec(name, partitions, parsed)
+    return out
+
+
+def apply_env(sections: dict[str, dict[str, Any]], environ: Mapping[str, str]) -> None:
+    """Overlay ``LOGKEEPER_*`` variables on the sections (in place)."""
+    mapping = env_overrides_map()
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        target = mapping.get(name)
+        if target is None:
+            log.warning("ignoring environment variable %s: not a sidecar, node or cleaner key", name)
+            continue
+        section, key = target
+        sections[section][key] = value
+
+
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> SidecarConfig:
+    """Read, overlay the environment, validate. InvalidConfigError names the file and the key."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidConfigError(f"{source}: cannot read the config file: {e.strerror or e}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidConfigError(f"{source}: not valid YAML: {e}") from None
+    return config_from_document(doc, source, os.environ if environ is None else environ)
+
+
+def config_from_document(doc: Any, source: str, environ: Mapping[str, str]) -> SidecarConfig:
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, Mapping):
+        raise InvalidConfigError(f"{source}: the top level must be a mapping with sections {', '.join(SECTIONS)}")
+    for key in doc:
+        if key not in SECTIONS:
+            raise InvalidConfigError(f"{source}: unknown section {key!r} (allowed: {', '.join(SECTIONS)})")
+    sections = {name: _section(doc, name, source) for name in ("sidecar", "node", "cleaner")}
+    _check_keys("sidecar", sections["sidecar"], SIDECAR_SETTINGS.by_key, source)
+    _check_keys("node", sections["node"], _NODE_KEYS, source)
+    _check_keys("cleaner", sections["cleaner"], CLEANER_SETTINGS.by_key, source)
+    apply_env(sections, environ)
+    if "log.dirs" not in sections["node"]:
+        raise InvalidConfigError(f"{source}: node.log.dirs is not set (nor {env_name('log.dirs')})")
+    try:
+        sidecar = SidecarSettings(**SIDECAR_SETTINGS.resolve(sections["sidecar"]))
+        manager = ManagerConfig.from_props(sections["node"])
+        cleaner = CleanerConfig.from_props(sections["cleaner"])
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"{source}: {e}") from None
+    if sidecar.kafka_advertised_listeners and len(sidecar.kafka_advertised_listeners) != len(sidecar.kafka_listen):
+        raise InvalidConfigError(f"{source}: sidecar.kafka.advertised.listeners must name one address per "
+                                 f"kafka.listen address ({len(sidecar.kafka_listen)}), or none")
+    if sidecar.group_min_session_timeout_ms > sidecar.group_max_session_timeout_ms:
+        raise InvalidConfigError(f"{source}: sidecar.group.min.session.timeout.ms is above "
+                                 f"group.max.session.timeout.ms")
+    if not sidecar.token_file:
+        raise InvalidConfigError(f"{source}: sidecar.token.file is not set (nor {env_name('token.file')}): "
+                                 f"mutating requests need a bearer token")
+    return SidecarConfig(source, sidecar, manager, cleaner, _parse_topics(doc.get("topics"), source))

@@ -1,0 +1,87 @@
+"""``/v1/status``: what the operator copies into the resource's status, as one JSON document.
+
+    {"ready": true,
+     "log_dirs": [{"path", "online", "error", "partitions", "size_bytes", "total_bytes",
+                   "usable_bytes", "stray"}],
+     "partitions": [{"topic", "partition", "log_dir", "size_bytes", "segments",
+                     "log_start_offset", "log_end_offset", "last_stable_offset", "recovery_point",
+                     "compacted", "cleaner_checkpoint", "dirty_ratio", "cleanable_bytes",
+                     "cleaning_state", "last_round", "uncleanable", "backlog", "backlog_detail",
+                     "offload"}],
+     "cleaner": {Kafka's cleaner metrics by their names (cleaner/metrics.py), "threads", "alive_threads"}}
+
+Per partition: ``dirty_ratio`` is the cleaner's cleanable ratio (cleanable bytes / (clean +
+cleanable bytes), selection.py), computed now from its checkpoint, for compacted logs only (null
+otherwise, or when nothing is outside the active segment: the ratio is 0/0 then);
+``cleaning_state`` is none, in-progress, aborted or paused(n); ``last_round`` the last finished
+round's figures and Kafka's stats line (cleaning.py);
+``uncleanable`` {reason, failures, retry_at_ms} while the partition is marked uncleanable;
+``backlog`` whether the cleaner marked it as more keys than one offset map holds (backlog.py),
+with the estimate in ``backlog_detail``; ``offload`` its hand-off to the Spark job when it had one
+(cleaner/offload.py: state, attempt, staging, job_args, reason, failures, retry_at_ms, result).
+Partitions of an offline directory are not listed (their
+directory's entry counts them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..cleaner.selection import LogToClean, cleanable_offsets
+from ..cleaner.states import state_name
+from .service import Sidecar, offsets_of
+
+
+def _dirty(entry: dict[str, Any], log: Any, checkpoint: int | None, now_ms: int) -> None:
+    offsets = cleanable_offsets(log, checkpoint, now_ms)
+    ltc = LogToClean(log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
+    ratio = ltc.cleanable_ratio
+    entry["dirty_ratio"] = None if math.isnan(ratio) else round(ratio, 6)
+    entry["cleanable_bytes"] = ltc.cleanable_bytes
+
+
+def build_status(sidecar: Sidecar) -> dict[str, Any]:
+    manager, cleaner = sidecar.manager, sidecar.cleaner
+    cm = cleaner.manager
+    now = sidecar.clock_ms()
+    checkpoints = cm.all_cleaner_checkpoints()
+    states = cm.cleaning_states()
+    backlogs = cm.backlogs()
+    offloads = cleaner.offloader.status()
+    uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
+    partitions = []
+    for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):
+        entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "log_dir": str(d.path),
+                                 "size_bytes": lg.size_in_bytes, "segments": len(lg.segments), **offsets_of(lg),
+                                 "compacted": lg.config.compact, "cleaner_checkpoint": checkpoints.get(tp),
+                                 "dirty_ratio": None, "cleanable_bytes": None}
+        if lg.config.compact:
+            try:
+                _dirty(entry, lg, checkpoints.get(tp), now)
+            except (ValueError, RuntimeError, OSError) as e:  # the log closed or deleted meanwhile
+                entry["error"] = f"{type(e).__name__}: {e}"
+        report = sidecar.rounds.last(tp)
+        u = uncleanable.get(tp)
+        backlog = backlogs.get(tp)
+        entry.update({
+            "cleaning_state": state_name(states.get(tp)),
+            "last_round": report.to_dict() if report is not None else None,
+            "uncleanable": {"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
+            "backlog": backlog is not None,
+            "backlog_detail": backlog.to_dict() if backlog is not None else None,
+            "offload": offloads.get(str(tp)),
+        })
+        partitions.append(entry)
+    workers = [t.worker for t in cleaner.threads] + sidecar.cleaning.manual_workers()
+    metrics = cleaner.metrics(workers).to_dict()
+    metrics["threads"] = len(cleaner.threads)
+    metrics["alive_threads"] = sum(1 for t in cleaner.threads if t.is_alive())
+    return {
+        "ready": sidecar.ready,
+        "log_dirs": [{"path": s.path, "online": s.online, "error": s.error, "partitions": s.partitions,
+                      "size_bytes": s.size_bytes, "total_bytes": s.total_bytes, "usable_bytes": s.usable_bytes,
+                      "stray": list(s.stray)} for s in manager.dir_status()],
+        "partitions": partitions,
+        "cleaner": metrics,
+    }

@@ -1,0 +1,12 @@
+"""Compacting a big backlog with PySpark: exact keys, one pass, the in-process cleaner's rewriting.
+
+Modules (only job.py imports pyspark; the others are what the sidecar and the workers share):
+
+- plan.py      read a partition directory read-only; the round's offsets, groups and chunks
+- extract.py   the compiled key reader of a chunk (map side)
+- rewrite.py   one group's cleaned segment through the cleaner's SegmentFilter (reduce side)
+- manifest.py  the staging directory's manifest.json: inputs, outputs, checkpoint
+- job.py       the Spark pipeline and ``logkeeper spark-compact``
+
+The sidecar's side of the hand-off (pause, run, validate, swap, resume) is cleaner/offload.py.
+"""

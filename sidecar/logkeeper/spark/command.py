@@ -1,0 +1,137 @@
+"""``logkeeper spark-compact``: the command line of the Spark compaction job (job.py).
+
+    logkeeper spark-compact --log-dir D --partition TOPIC-P --staging S [--master URL]
+        [--config KEY=VALUE ...] [--conf SPARK_KEY=VALUE ...] [--now-ms N]
+        [--log-start-offset N] [--first-dirty-offset N] [--end-offset N] [--chunk-bytes N]
+
+``--config`` takes the partition's topic keys (segment.bytes, delete.retention.ms ...) and the
+cleaner's producer.id.expiration.ms, as ``logkeeper clean`` does; the offsets default to what
+the directory says (plan.py). Exit status: 0 with ``<staging>/manifest.json`` written; 1 on
+failure (``<staging>/failure.json`` holds the reason, one line on stdout too); 2 on bad
+arguments. pyspark is imported only when the job runs.
+
+Crash points for tests, LOGKEEPER_SPARK_CRASH_AT=<step>: ``planned`` (the plan made, nothing
+written), ``written`` (every cleaned segment staged, no manifest yet), ``manifest`` (the manifest
+written, the process not yet exited) make the driver exit as a SIGKILL would; ``group-written``
+(one group's segment staged, in a Spark worker) kills the job's whole process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from .plan import CompactionPlan
+
+_LOG = logging.getLogger("logkeeper.spark")
+CRASH_ENV = "LOGKEEPER_SPARK_CRASH_AT"
+
+
+def maybe_crash(step: str) -> None:
+    """Die as a SIGKILL would right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it (crash tests)."""
+    if os.environ.get(CRASH_ENV) == step:
+        sys.stderr.write(f"spark-compact: killed after step {step} ({CRASH_ENV})\n")
+        sys.stderr.flush()
+        os._exit(137)
+
+
+def maybe_kill_group(step: str) -> None:
+    """In a Spark worker: SIGKILL the job's whole process group (driver, JVM, workers: a lost node
+    or the OOM killer) right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it. Only for a job
+    run in a process group of its own, as the sidecar runs it (crash tests)."""
+    if os.environ.get(CRASH_ENV) == step:
+        sys.stderr.write(f"spark-compact: job killed after step {step} ({CRASH_ENV})\n")
+        sys.stderr.flush()
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-dir", required=True, type=Path, help="the log directory holding the partition")
+    p.add_argument("--partition", required=True, metavar="TOPIC-P", help="the partition directory's name")
+    p.add_argument("--staging", required=True, type=Path, help="where the cleaned segments and manifest go")
+    p.add_argument("--master", default=None, help="Spark master URL (default local[*], or spark-submit's)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic or cleaner config of the partition (repeatable), as for `logkeeper clean`")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark conf (repeatable)")
+    p.add_argument("--now-ms", type=int, default=None, help="the round's time (default: the clock)")
+    p.add_argument("--log-start-offset", type=int, default=None)
+    p.add_argument("--first-dirty-offset", type=int, default=None)
+    p.add_argument("--end-offset", type=int, default=None, help="the first uncleanable offset (a segment base)")
+    p.add_argument("--chunk-bytes", type=int, default=None, help="bytes of segment a map task reads")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidConfigError(f"--{what} {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def plan_from_args(args: argparse.Namespace) -> CompactionPlan:
+    from ..cleaner.clean_command import split_overrides
+    from ..log.names import TopicPartition
+    from .plan import Offsets, plan_compaction
+
+    cleaner_config, topic_config = split_overrides(_pairs(args.config, "config"))
+    tp = TopicPartition.parse(args.partition)
+    now = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+    kw: dict[str, Any] = {}
+    if args.chunk_bytes:
+        kw["chunk_bytes"] = args.chunk_bytes
+    return plan_compaction(args.log_dir, tp, topic_config, now_ms=now,
+                           producer_expiration_ms=cleaner_config.producer_id_expiration_ms,
+                           offsets=Offsets(args.log_start_offset, args.first_dirty_offset, args.end_offset), **kw)
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from .manifest import write_failure
+    from .plan import PlanError
+
+    out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
+
+    staging: Path = args.staging
+    try:
+        conf = _pairs(args.conf, "conf")
+        staging.mkdir(parents=True, exist_ok=True)
+    except (InvalidConfigError, OSError) as e:
+        out.write(f"logkeeper spark-compact: {e}\n")
+        return 2
+    try:
+        started = time.monotonic()
+        plan = plan_from_args(args)
+        maybe_crash("planned")
+        plan_seconds = time.monotonic() - started
+        from .job import run_job, spark_session
+
+        spark = spark_session(args.master, conf)
+        try:
+            manifest = run_job(spark, plan, staging)
+        finally:
+            spark.stop()
+        stats = manifest.stats
+        out.write(f"spark-compact {plan.topic_partition}: [{plan.first_dirty_offset}, {plan.end_offset}) "
+                  f"{len(plan.segments)} segments -> {len(manifest.outputs)}, {stats['keys']:,} keys, "
+                  f"{stats['messages_read']:,} -> {stats['messages_written']:,} records, "
+                  f"{stats['bytes_read']:,} -> {stats['bytes_written']:,} bytes; plan {plan_seconds:.1f} s, "
+                  f"spark {stats['spark_seconds']:.1f} s, total {time.monotonic() - started:.1f} s\n")
+        return 0
+    except (PlanError, InvalidConfigError, ValueError) as e:
+        reason = f"{type(e).__name__}: {e}"
+    except Exception as e:
+        _LOG.exception("spark-compact failed")
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    write_failure(staging, reason)
+    out.write(f"logkeeper spark-compact: {reason}\n")
+    return 1

@@ -1,0 +1,269 @@
+"""`logkeeper verify DIR`: a read-only check of a log directory or one partition directory.
+
+For every segment: the ``.log`` holds whole v2 batches with valid CRCs up to its end, every
+batch's records walk cleanly, offsets increase across batches and segments and fit the segment
+(an int32 delta from its base); the ``.index`` entries increase and each points at the start of
+a batch whose last offset is the entry's offset (the rule Kafka's DumpLogSegments checks); the
+``.timeindex`` entries increase and each names a batch whose max timestamp is the entry's
+timestamp. Checkpoint files must parse. Nothing is written: files are opened read-only.
+
+Trailing all-zero index entries are preallocated space of an active segment, not entries.
+Leftover ``.cleaned``/``.swap``/``.deleted`` files are reported as notes (the next load deals
+with them), not as problems.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..log import names
+from ..log.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+)
+from ..records.batch import HEADER_SIZE
+from ..records.compression import Codec, decompress
+from ..records.scan import BatchTable, ScanStop, first_crc_mismatch, scan_batches, walk_records
+
+INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    position: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f" at position {self.position}" if self.position is not None else ""
+        return f"{self.file}{where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    partitions: int = 0
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def partition_dirs(path: Path) -> list[Path]:
+    """``path`` itself when it is a partition directory, else its partition subdirectories."""
+    path = Path(path)
+    if any(p.suffix == names.LOG_SUFFIX for p in path.iterdir() if p.is_file()):
+        return [path]
+    try:
+        names.PartitionDirName.parse(path.name)
+        looks_like_partition = not any(p.is_dir() for p in path.iterdir())
+    except ValueError:
+        looks_like_partition = False
+    if looks_like_partition:
+        return [path]
+    out = []
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        try:
+            names.PartitionDirName.parse(sub.name)
+        except ValueError:
+            continue
+        out.append(sub)
+    return out
+
+
+def verify_path(path: Path) -> VerifyReport:
+    path = Path(path)
+    report = VerifyReport()
+    if not path.is_dir():
+        report.problems.append(Problem(str(path), None, "not a directory"))
+        return report
+    dirs = partition_dirs(path)
+    if dirs != [path]:
+        _verify_checkpoints(path, report)
+    for d in dirs:
+        _verify_partition(d, report)
+    return report
+
+
+def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
+    for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):
+        try:
+            OffsetCheckpointFile(log_dir / name).read()
+        except CorruptCheckpointError as e:
+            report.problems.append(Problem(str(log_dir / name), None, str(e)))
+
+
+def _verify_partition(d: Path, report: VerifyReport) -> None:
+    report.partitions += 1
+    prev_next_offset: int | None = None
+    for f in sorted(d.iterdir()):
+        if f.name.endswith(names.TEMP_SUFFIXES):
+            report.notes.append(f"{f}: leftover temporary file (removed or completed on the next load)")
+    logs = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(names.LOG_SUFFIX))
+    for log_file in logs:
+        report.segments += 1
+        try:
+            base = names.offset_from_file_name(log_file.name)
+        except ValueError:
+            report.problems.append(Problem(str(log_file), None, "not a segment file name"))
+            continue
+        if prev_next_offset is not None and base < prev_next_offset:
+            report.problems.append(Problem(str(log_file), None, (
+                f"segment base offset {base} is below the end {prev_next_offset} of the previous segment")))
+        batch_last = _verify_segment(log_file, base, prev_next_offset, report)
+        if batch_last is not None:
+            prev_next_offset = batch_last + 1
+
+
+def _map_file(path: Path) -> np.ndarray:
+    """The file as a read-only array (the map lives as long as the array)."""
+    size = path.stat().st_size
+    if size == 0:
+        return np.zeros(0, np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def _verify_segment(log_file: Path, base: int, floor: int | None, report: VerifyReport) -> int | None:
+    """Check one segment; return its last offset (None when empty)."""
+    name = str(log_file)
+    buf = _map_file(log_file)
+    table = scan_batches(buf, 0, buf.shape[0])
+    n = len(table)
+    if table.stop_reason != ScanStop.END:
+        what = {ScanStop.SHORT_TAIL: "torn batch (the file ends inside it)", ScanStop.BAD_MAGIC: "bad magic",
+                ScanStop.BAD_SIZE: "batch length below the header size"}.get(table.stop_reason, "stop")
+        report.problems.append(Problem(name, table.stop_position, what))
+    bad = first_crc_mismatch(buf, table)
+    if bad >= 0:
+        report.problems.append(Problem(name, int(table.position[bad]), (
+            f"CRC mismatch in the batch at base offset {int(table.base_offset[bad])}")))
+        n = bad
+    report.batches += n
+    last_offsets = table.base_offset[:n] + table.last_offset_delta[:n]
+    for i in range(n):
+        pos, bo, lo = int(table.position[i]), int(table.base_offset[i]), int(last_offsets[i])
+        if bo < base or lo - base > INT32_MAX:
+            report.problems.append(Problem(name, pos, f"batch offsets {bo}..{lo} outside the segment's range"))
+        if (i > 0 and bo <= int(last_offsets[i - 1])) or (i == 0 and floor is not None and bo < floor):
+            report.problems.append(Problem(name, pos, f"batch base offset {bo} does not follow the previous batch"))
+        if int(table.last_offset_delta[i]) < 0:
+            report.problems.append(Problem(name, pos, "negative lastOffsetDelta"))
+    report.records += _verify_records(buf, table, n, name, report)
+    # index entries past the valid batches of a damaged .log are not reported again
+    damaged = n < len(table) or table.stop_reason != ScanStop.END
+    _verify_offset_index(log_file, base, table, n, last_offsets, damaged, report)
+    _verify_time_index(log_file, base, table, n, last_offsets, damaged, report)
+    return int(last_offsets[n - 1]) if n else None
+
+
+def _verify_records(buf: np.ndarray, table: BatchTable, n: int, name: str, report: VerifyReport) -> int:
+    if n == 0:
+        return 0
+    codecs = table.attributes[:n] & 0x07
+    plain = np.flatnonzero(codecs == 0)
+    count = 0
+    try:
+        if plain.size:
+            starts = table.position[plain] + HEADER_SIZE
+            ends = table.position[plain] + table.size[plain]
+            count += walk_records(buf, starts, ends, table.record_count[plain], table.base_offset[plain],
+                                  table.base_timestamp[plain]).count
+    except CorruptRecordError as e:
+        report.problems.append(Problem(name, e.position, f"{e.fault}: {e.detail}"))
+    for i in np.flatnonzero(codecs != 0).tolist():
+        pos, size = int(table.position[i]), int(table.size[i])
+        try:
+            raw = decompress(Codec(int(codecs[i])), buf[pos + HEADER_SIZE:pos + size].data, pos)
+            area = np.frombuffer(raw, dtype=np.uint8)
+            count += walk_records(area, [0], [len(raw)], [int(table.record_count[i])],
+                                  [int(table.base_offset[i])], [int(table.base_timestamp[i])]).count
+        except CorruptRecordError as e:
+            report.problems.append(Problem(name, pos, f"{e.fault} in the compressed records: {e.detail}"))
+        except ValueError as e:
+            report.problems.append(Problem(name, pos, f"unknown codec: {e}"))
+    return count
+
+
+def _entries(path: Path, dtype: np.dtype) -> np.ndarray | None:
+    if not path.exists():
+        return None
+    data = np.fromfile(path, dtype=np.uint8)
+    usable = data.shape[0] - data.shape[0] % dtype.itemsize
+    entries = data[:usable].view(dtype)
+    # trailing all-zero entries are the preallocated tail of an active segment's index
+    nonzero = np.flatnonzero(data[:usable].reshape(-1, dtype.itemsize).any(axis=1)) if usable else np.zeros(0)
+    keep = int(nonzero[-1]) + 1 if nonzero.size else 0
+    return entries[:keep]
+
+
+def _verify_offset_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
+                         damaged: bool, report: VerifyReport) -> None:
+    path = names.segment_file(log_file.parent, base, names.INDEX_SUFFIX)
+    if path.exists() and path.stat().st_size % 8:
+        report.problems.append(Problem(str(path), None, "size is not a multiple of 8"))
+    entries = _entries(path, np.dtype([("rel", ">i4"), ("pos", ">i4")]))
+    if entries is None or entries.shape[0] == 0:
+        return
+    rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
+    by_position = {int(p): i for i, p in enumerate(table.position[:n].tolist())}
+    prev_rel, prev_pos = -1, -1
+    for k in range(entries.shape[0]):
+        r, p = int(rel[k]), int(pos[k])
+        if r <= prev_rel or p <= prev_pos:
+            report.problems.append(Problem(str(path), k * 8, f"entry {k} ({base + r}, {p}) does not increase"))
+            return
+        prev_rel, prev_pos = r, p
+        if damaged and p >= (int(table.position[n - 1] + table.size[n - 1]) if n else 0):
+            return  # beyond the valid batches: already reported as a problem of the .log
+        row = by_position.get(p)
+        if row is None:
+            report.problems.append(Problem(str(path), k * 8, f"entry {k} points at position {p}, not a batch start"))
+            return
+        if int(last_offsets[row]) != base + r:
+            report.problems.append(Problem(str(path), k * 8, (
+                f"entry {k} says offset {base + r} at position {p}; the batch there ends at "
+                f"offset {int(last_offsets[row])}")))
+            return
+
+
+def _verify_time_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
+                       damaged: bool, report: VerifyReport) -> None:
+    path = names.segment_file(log_file.parent, base, names.TIME_INDEX_SUFFIX)
+    if path.exists() and path.stat().st_size % 12:
+        report.problems.append(Problem(str(path), None, "size is not a multiple of 12"))
+    entries = _entries(path, np.dtype([("ts", ">i8"), ("rel", ">i4")]))
+    if entries is None or entries.shape[0] == 0:
+        return
+    max_by_last = {int(lo): int(ts) for lo, ts in zip(last_offsets.tolist(), table.max_timestamp[:n].tolist())}
+    prev_ts, prev_rel = None, -1
+    for k in range(entries.shape[0]):
+        ts, r = int(entries["ts"][k]), int(entries["rel"][k])
+        if (prev_ts is not None and ts <= prev_ts) or r < prev_rel:
+            report.problems.append(Problem(str(path), k * 12, f"entry {k} ({ts}, {base + r}) does not increase"))
+            return
+        prev_ts, prev_rel = ts, r
+        if damaged and (n == 0 or base + r > int(last_offsets[n - 1])):
+            return  # beyond the valid batches: already reported as a problem of the .log
+        if max_by_last.get(base + r) != ts:
+            report.problems.append(Problem(str(path), k * 12, (
+                f"entry {k} says timestamp {ts} at offset {base + r}; no batch ending there has that "
+                "max timestamp")))
+            return

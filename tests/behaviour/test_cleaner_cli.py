@@ -1,0 +1,110 @@
+"""``logkeeper clean LOG_DIR``: run_clean over a whole log directory."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
+from logkeeper.cleaner.testing import append_kvs, ensure_valid_segments, keys_in_log
+from logkeeper.log.checkpoint import OffsetCheckpointFile
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
+from logkeeper.log.names import TopicPartition
+
+NOW = 1_700_000_000_000
+STATS = re.compile(
+    r"\n\tLog cleaner thread 0 cleaned log (\S+) \(dirty section = \[(\d+), (\d+)\]\)\n"
+    r"\t[\d,.]+ MB of log processed in [\d,.]+ seconds \((?:[\d,.]+|Infinity|NaN) MB/sec\)\.\n"
+    r"\tIndexed [\d,.]+ MB in [\d.]+ seconds \((?:[\d,.]+|Infinity|NaN) Mb/sec, (?:[\d.]+|NaN)% of total time\)\n"
+    r"\tBuffer utilization: [\d.]+%\n"
+    r"\tCleaned [\d,.]+ MB in [\d.]+ seconds \((?:[\d,.]+|Infinity|NaN) Mb/sec, (?:[\d.]+|NaN)% of total time\)\n"
+    r"\tStart size: [\d,.]+ MB \([\d,]+ messages\)\n"
+    r"\tEnd size: [\d,.]+ MB \([\d,]+ messages\)\n"
+    r"\t-?[\d.]+% size reduction \(-?[\d.]+% fewer messages\)\n")
+
+
+def write_partition(root: Path, name: str, n: int, keys: int, *, roll: bool = True) -> Log:
+    log = Log(root / name, LogConfig.from_props({"segment.bytes": 2048}), clock_ms=lambda: NOW)
+    for i in range(n):
+        append_kvs(log, [(str(i % keys).encode(), str(i).encode())])
+    if roll:
+        log.roll()
+    log.flush()
+    log.close()
+    return log
+
+
+def reopen(root: Path, name: str) -> Log:
+    return Log(root / name, LogConfig.from_props({"segment.bytes": 2048}), clock_ms=lambda: NOW)
+
+
+def test_clean_a_directory(tmp_path: Path) -> None:
+    write_partition(tmp_path, "orders-0", 400, 7)
+    write_partition(tmp_path, "orders-1", 300, 300)  # all keys distinct: nothing to drop
+    write_partition(tmp_path, "users-0", 10, 5, roll=False)  # only an active segment: nothing cleanable
+    (tmp_path / "orders-2.0123456789abcdef0123456789abcdef-delete").mkdir()
+    (tmp_path / "meta.properties").write_text("version=1\n")
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":1}')
+    out = io.StringIO()
+    assert run_clean(tmp_path, {}, out, lambda: NOW) == 0
+    text = out.getvalue()
+    rounds = STATS.findall(text)
+    assert [r[0] for r in rounds] == ["orders-0", "orders-1"]
+    assert STATS.sub("", text) == ""  # nothing but stats lines
+    assert "cleaned log users-0" not in text
+    checkpoints = OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read()
+    orders0 = reopen(tmp_path, "orders-0")
+    assert checkpoints[TopicPartition("orders", 0)] == orders0.active_segment.base_offset
+    assert sorted(set(keys_in_log(orders0))) == sorted({str(i).encode() for i in range(7)})
+    assert len(keys_in_log(orders0)) < 400
+    ensure_valid_segments(orders0)
+    orders0.close()
+    recovery = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert recovery[TopicPartition("orders", 0)] == 400
+    assert not list(tmp_path.glob("*/*.deleted")) and not list(tmp_path.glob("*/*.cleaned"))
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    # a second run finds nothing cleanable
+    out = io.StringIO()
+    assert run_clean(tmp_path, {}, out, lambda: NOW) == 0
+    assert "cleaned log" not in out.getvalue()
+
+
+def test_config_overrides_and_bad_arguments(tmp_path: Path) -> None:
+    write_partition(tmp_path, "t-0", 200, 4)
+    out = io.StringIO()
+    assert run_clean(tmp_path, {"no.such.key": "1"}, out, lambda: NOW) == 2
+    assert "no.such.key" in out.getvalue()
+    assert run_clean(tmp_path / "missing", {}, io.StringIO(), lambda: NOW) == 2
+    out = io.StringIO()
+    # a tiny map: several rounds, and the backlog line
+    overrides = {"log.cleaner.dedupe.buffer.size": str(24 * 3), "log.cleaner.min.cleanable.ratio": "0"}
+    code = run_clean(tmp_path, overrides, out, lambda: NOW)
+    assert code == 0
+    text = out.getvalue()
+    assert text.count("cleaned log t-0") > 1
+    assert "backlog t-0: about 4 distinct keys" in text
+
+
+def test_cleanup_policy_delete_is_left_alone(tmp_path: Path) -> None:
+    write_partition(tmp_path, "t-0", 200, 4)
+    out = io.StringIO()
+    assert run_clean(tmp_path, {"cleanup.policy": "delete"}, out, lambda: NOW) == 0
+    assert out.getvalue() == ""
+
+
+def test_a_corrupt_partition_fails_alone(tmp_path: Path) -> None:
+    write_partition(tmp_path, "good-0", 200, 4)
+    bad = write_partition(tmp_path, "bad-0", 200, 4)
+    first = sorted((tmp_path / "bad-0").glob("*.log"))[0]
+    with open(first, "r+b") as f:
+        f.seek(16)
+        f.write(b"\x07")  # bad magic
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":1}')
+    out = io.StringIO()
+    assert run_clean(tmp_path, {}, out, lambda: NOW) == 1
+    text = out.getvalue()
+    assert "cleaned log good-0" in text
+    assert f"logkeeper clean: {bad.dir}" in text and "bad magic" in text.lower()
+    assert not list(tmp_path.glob("*/*.cleaned"))

@@ -1,0 +1,185 @@
+"""A real control plane on loopback for make e2e: etcd, kube-apiserver and
+kube-controller-manager (binaries from e2e/tools.sh), with a generated kubeconfig.
+
+- etcd: one member, data in the work dir, client and peer URLs on 127.0.0.1 (free ports).
+- kube-apiserver: serving cert self-signed into the work dir; one static admin token
+  (system:masters); RBAC authorization, so the operator, which runs with its ServiceAccount's
+  token, gets exactly the chart's Role; service accounts signed with a key made here.
+- kube-controller-manager: only the controllers the test needs - serviceaccount (the default
+  ServiceAccount that pods need), statefulset (the LogVolume's pod), job (the CompactionJob's
+  Job), garbagecollector (owner references: deleting a LogVolume deletes its children).
+  No scheduler and no kubelet: tests/e2e/node.py plays the node.
+
+Every process is started by this module and stopped by it (SIGTERM, then SIGKILL after a bound).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ADMIN_TOKEN = "logkeeper-e2e-admin"  # a throwaway token of a throwaway API server on loopback
+START_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_tools(env_file: Path) -> dict[str, str]:
+    out = {}
+    for line in env_file.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key:
+            out[key] = value
+    return out
+
+
+def kubeconfig(server: str, token: str, user: str = "admin", namespace: str = "default") -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user, "namespace": namespace}}],
+    })
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout_s: float = 15) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class ControlPlane:
+    workdir: Path
+    tools: dict[str, str]
+    procs: list[Proc] = field(default_factory=list)
+    server: str = ""
+    kubeconfig_path: Path = Path()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.workdir / f"{name}.log"
+        f = log.open("wb")
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **(env or {})}, start_new_session=True)
+        f.close()
+        proc = Proc(name, p, log)
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, proc: Proc, check: callable, what: str) -> None:  # type: ignore[valid-type]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} before {what}:\n{proc.tail()}")
+            try:
+                if check():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"{proc.name}: no {what} within {START_TIMEOUT_S} s:\n{proc.tail()}")
+
+    def start(self) -> None:
+        w = self.workdir
+        w.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        client, peer = free_port(), free_port()
+        etcd = self._spawn("etcd", [
+            self.tools["ETCD"], "--name", "e2e", "--data-dir", str(w / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{peer}", "--quota-backend-bytes", str(2 << 30),
+            "--log-level", "warn"])
+
+        def etcd_up() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=2) as r:
+                return b'"true"' in r.read()
+
+        self._wait(etcd, etcd_up, "health")
+        self.timings["etcd_s"] = time.monotonic() - t0
+
+        subprocess.run(["openssl", "genrsa", "-out", str(w / "sa.key"), "2048"], check=True, capture_output=True)
+        (w / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin-uid,system:masters\n")
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        api = self._spawn("kube-apiserver", [
+            self.tools["KUBE_APISERVER"],
+            f"--etcd-servers=http://127.0.0.1:{client}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={w / 'certs'}",
+            f"--token-auth-file={w / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={w / 'sa.key'}",
+            f"--service-account-signing-key-file={w / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--allow-privileged=false",
+            "--profiling=false",
+            "--endpoint-reconciler-type=none",
+            "--v=1"])
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def api_ready() -> bool:
+            req = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            try:
+                with urllib.request.urlopen(req, timeout=3, context=insecure) as r:
+                    return r.status == 200
+            except urllib.error.HTTPError:
+                return False
+
+        self._wait(api, api_ready, "/readyz")
+        self.timings["apiserver_s"] = time.monotonic() - t0
+        self.kubeconfig_path = w / "admin.kubeconfig"
+        self.kubeconfig_path.write_text(kubeconfig(self.server, ADMIN_TOKEN))
+        self._spawn("kube-controller-manager", [
+            self.tools["KUBE_CONTROLLER_MANAGER"],
+            f"--kubeconfig={self.kubeconfig_path}",
+            f"--authentication-kubeconfig={self.kubeconfig_path}",
+            f"--authorization-kubeconfig={self.kubeconfig_path}",
+            "--controllers=serviceaccount,deployment,replicaset,statefulset,job,garbagecollector",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            "--use-service-account-credentials=false", "--authentication-skip-lookup=true",
+            "--concurrent-statefulset-syncs=2", "--concurrent-job-syncs=2",
+            "--v=1"])
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")

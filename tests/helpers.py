@@ -1,0 +1,58 @@
+"""Shared test helpers: building batches and logs, reading them back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
+from logkeeper.records.builder import Record, build_batch
+from logkeeper.records.compression import Codec
+from logkeeper.records.reader import iter_batches
+
+NOW_MS = 1_700_000_000_000
+
+
+class ManualClock:
+    """A clock for virtual time: ``clock()`` returns now; ``advance`` moves it."""
+
+    def __init__(self, now_ms: int = NOW_MS) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def records(n: int, *, start: int = 0, ts: int = NOW_MS, key_prefix: bytes = b"k",
+            value: bytes = b"v" * 20) -> list[Record]:
+    return [Record(start + i, ts + i, key_prefix + str(start + i).encode(), value) for i in range(n)]
+
+
+def batch(n: int = 3, *, start: int = 0, ts: int = NOW_MS, codec: Codec = Codec.NONE,
+          value: bytes = b"v" * 20, **kw: object) -> bytes:
+    return build_batch(records(n, start=start, ts=ts, value=value), codec=codec, **kw)  # type: ignore[arg-type]
+
+
+def make_log(tmp_path: Path, props: dict[str, object] | None = None, *, name: str = "topic-0",
+             clock: ManualClock | None = None, **kw: object) -> Log:
+    return Log(tmp_path / name, LogConfig.from_props(props or {}), clock_ms=clock or ManualClock(), **kw)  # type: ignore[arg-type]
+
+
+def log_records(log: Log) -> list[Record]:
+    """Every record of the log, read through its segments' files."""
+    out: list[Record] = []
+    for seg in log.segments.values():
+        data = np.frombuffer(seg.log.read(0, seg.size_in_bytes), dtype=np.uint8)
+        for b in iter_batches(data):
+            out.extend(b.records)
+    return out
+
+
+def offsets_of(recs: Sequence[Record]) -> list[int]:
+    return [r.offset for r in recs]

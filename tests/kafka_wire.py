@@ -1,0 +1,78 @@
+"""A raw Kafka protocol client for tests: requests encoded with logkeeper's own schemas."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from logkeeper.protocol.messages import APIS
+from logkeeper.protocol.primitives import Reader, Writer
+
+
+def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 1,
+                  client_id: str = "test") -> bytes:
+    spec = APIS[api_key]
+    w = Writer()
+    w.int16(api_key)
+    w.int16(version)
+    w.int32(correlation_id)
+    w.string(client_id)
+    if spec.request_header_version(version) >= 2:
+        w.uvarint(0)
+    spec.request.encode(w, body, version)
+    return struct.pack(">i", len(w.buf)) + bytes(w.buf)
+
+
+class WireClient:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> bytes | None:
+        """One response frame's body; None when the server closed the connection."""
+        head = self._read(4)
+        if head is None:
+            return None
+        return self._read(struct.unpack(">i", head)[0])
+
+    def _read(self, n: int) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            try:
+                chunk = self.sock.recv(n - len(out))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    def is_closed_by_server(self) -> bool:
+        return self.read_frame() is None
+
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        self.correlation += 1
+        self.send_raw(request_frame(api_key, version, body, self.correlation))
+        frame = self.read_frame()
+        if frame is None:
+            raise ConnectionError(f"the server closed the connection on API {api_key} v{version}")
+        return decode_response(api_key, version, frame, self.correlation)
+
+
+def decode_response(api_key: int, version: int, frame: bytes, correlation_id: int) -> dict[str, Any]:
+    spec = APIS[api_key]
+    r = Reader(frame)
+    got = r.int32()
+    if got != correlation_id:
+        raise AssertionError(f"correlation id {got}, expected {correlation_id}")
+    if spec.response_header_version(version) >= 1:
+        r.skip_tagged_fields()
+    return spec.response.decode(r, version)

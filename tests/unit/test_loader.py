@@ -1,0 +1,236 @@
+"""Loading a partition directory, mirroring the scenarios of Kafka's LogLoaderTest, plus a crash
+after each numbered step of a segment replacement (replace.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from logkeeper.log import names
+from logkeeper.log.log import Log
+from logkeeper.log.segment import AppendedBatch
+from logkeeper.records.batch import BatchHeader
+from logkeeper.records.reader import read_records
+from logkeeper.tools.verify import verify_path
+from tests.helpers import batch, log_records, make_log, offsets_of
+
+PROPS = {"segment.bytes": 1000, "index.interval.bytes": 100}
+
+
+def filled_log(tmp_path: Path, batches: int = 20, n: int = 3) -> Log:
+    log = make_log(tmp_path, PROPS)
+    for _ in range(batches):
+        log.append(batch(n))
+    return log
+
+
+def reopen(tmp_path: Path, **kw: object) -> Log:
+    return make_log(tmp_path, PROPS, **kw)  # type: ignore[arg-type]
+
+
+def files(log_dir: Path) -> list[str]:
+    return sorted(p.name for p in log_dir.iterdir())
+
+
+def test_recovery_after_crash_restores_log_end(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.close()
+    again = reopen(tmp_path, recovery_point=0, had_clean_shutdown=False)
+    assert again.log_end_offset == end
+    assert len(again.load_report.recovered_segments) == len(again.segments)
+    assert offsets_of(log_records(again)) == list(range(end))
+    again.close()
+
+
+def test_clean_shutdown_skips_recovery(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.flush()
+    log.close()
+    again = reopen(tmp_path, recovery_point=end, had_clean_shutdown=True)
+    assert again.load_report.recovered_segments == []
+    assert again.recovery_point == end == again.log_end_offset
+    again.close()
+
+
+def test_unclean_shutdown_recovers_from_the_recovery_point_segment(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    again = reopen(tmp_path, recovery_point=bases[2] + 1, had_clean_shutdown=False)
+    recovered = [names.offset_from_file_name(n) for n in again.load_report.recovered_segments]
+    assert recovered == bases[2:]
+    assert again.recovery_point == bases[2] + 1  # not advanced until flushed
+    again.close()
+
+
+@pytest.mark.parametrize("which", ["index", "timeindex", "both"])
+def test_missing_indexes_are_rebuilt_identically(tmp_path: Path, which: str) -> None:
+    log = filled_log(tmp_path)
+    log.close()
+    d = tmp_path / "topic-0"
+    originals = {p.name: p.read_bytes() for p in d.iterdir() if p.suffix in (".index", ".timeindex")}
+    for p in list(d.iterdir()):
+        if (which in ("index", "both") and p.suffix == ".index") or (
+                which in ("timeindex", "both") and p.suffix == ".timeindex"):
+            p.unlink()
+    again = reopen(tmp_path, recovery_point=log.log_end_offset)
+    assert again.load_report.rebuilt_indexes
+    again.close()
+    rebuilt = {p.name: p.read_bytes() for p in d.iterdir() if p.suffix in (".index", ".timeindex")}
+    assert rebuilt == originals
+
+
+def test_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    log.close()
+    d = tmp_path / "topic-0"
+    first_index = sorted(d.glob("*.index"))[0]
+    good = first_index.read_bytes()
+    first_index.write_bytes(good + b"\x00\x01\x02")  # not a multiple of 8
+    again = reopen(tmp_path, recovery_point=log.log_end_offset)
+    assert first_index.name.replace(".index", ".log") in again.load_report.rebuilt_indexes
+    again.close()
+    assert first_index.read_bytes() == good
+
+
+def test_bogus_index_files_are_removed(tmp_path: Path) -> None:
+    log = filled_log(tmp_path, batches=2)
+    log.close()
+    d = tmp_path / "topic-0"
+    (d / "00000000000000000500.index").write_bytes(b"\x00" * 16)
+    (d / "00000000000000000500.timeindex").write_bytes(b"\x00" * 24)
+    again = reopen(tmp_path)
+    assert "00000000000000000500.index" in again.load_report.deleted_files
+    assert not (d / "00000000000000000500.index").exists()
+    assert not (d / "00000000000000000500.timeindex").exists()
+    again.close()
+
+
+def test_obsolete_temp_files_are_deleted(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    log.close()
+    d = tmp_path / "topic-0"
+    first = sorted(d.glob("*.log"))[0]
+    shutil.copy(first, d / (first.name + names.DELETED_SUFFIX))
+    shutil.copy(first, d / ("00000000000000999999.log" + names.CLEANED_SUFFIX))
+    again = reopen(tmp_path)
+    assert not any(n.endswith((".deleted", ".cleaned", ".swap")) for n in files(d))
+    assert again.log_end_offset == log.log_end_offset
+    again.close()
+
+
+def test_corrupt_log_tail_is_cut(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.close()
+    last = sorted((tmp_path / "topic-0").glob("*.log"))[-1]
+    with open(last, "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x63garbage-bytes-at-the-tail")
+    again = reopen(tmp_path, recovery_point=0, had_clean_shutdown=False)
+    assert again.load_report.truncated and again.load_report.truncated[0][0] == last.name
+    assert again.log_end_offset == end
+    again.close()
+    assert verify_path(tmp_path / "topic-0").ok
+
+
+def test_segments_after_a_cut_segment_are_deleted(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    victim = tmp_path / "topic-0" / f"{bases[1]:020d}.log"
+    data = bytearray(victim.read_bytes())
+    data[200] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    again = reopen(tmp_path, recovery_point=0, had_clean_shutdown=False)
+    assert [s.base_offset for s in again.segments] == bases[:2]
+    assert again.load_report.deleted_segments
+    remaining = offsets_of(log_records(again))
+    assert remaining == list(range(again.log_end_offset))
+    again.close()
+
+
+def test_log_start_beyond_end_deletes_segments(tmp_path: Path) -> None:
+    log = filled_log(tmp_path, batches=3)
+    log.close()
+    again = reopen(tmp_path, log_start_offset=100)
+    assert [s.base_offset for s in again.segments] == [100]
+    assert again.log_start_offset == again.log_end_offset == 100
+    again.close()
+
+
+def test_over_compacted_segment_is_split(tmp_path: Path) -> None:
+    """A segment written by an old cleaner holding offsets beyond base + 2^31 - 1 (KAFKA-6264)."""
+    d = tmp_path / "topic-0"
+    d.mkdir()
+    far = (1 << 31) + 100
+    parts = [batch(2, start=0), batch(2, start=5), batch(2, start=far), batch(2, start=far + 10)]
+    (d / "00000000000000000000.log").write_bytes(b"".join(parts))
+    log = reopen(tmp_path, recovery_point=0, had_clean_shutdown=False)
+    assert [s.base_offset for s in log.segments] == [0, far]
+    assert log.load_report.split_segments == ["00000000000000000000.log"]
+    assert offsets_of(log_records(log)) == [0, 1, 5, 6, far, far + 1, far + 10, far + 11]
+    assert log.log_end_offset == far + 12
+    log.close()
+    assert verify_path(d).ok
+    assert not any(n.endswith((".cleaned", ".swap", ".deleted")) for n in files(d))
+
+
+# --------------------------------------------------------------------------- replacement crash steps
+STEPS = ["written", "swapped", "old-deleted", "renamed", None]
+
+
+class Crash(Exception):
+    pass
+
+
+def compact_first_segments(log: Log, crash_at: str | None) -> list[int]:
+    """Replace the first two segments by one holding every other batch of theirs."""
+    old = log.segments.values()[:2]
+    kept_offsets = []
+    new = log.new_cleaned_segment(old[0].base_offset)
+    for seg in old:
+        raw = seg.log.read(0, seg.size_in_bytes)
+        pos, i = 0, 0
+        while pos < len(raw):
+            h = BatchHeader.parse(raw, pos)
+            if i % 2 == 0:
+                new.append([AppendedBatch(h.last_offset, h.max_timestamp, h.size)], raw[pos:pos + h.size])
+                kept_offsets += [r.offset for r in read_records(raw[pos:pos + h.size])]
+            pos += h.size
+            i += 1
+    new.flush()
+
+    def hook(step: str) -> None:
+        if step == crash_at:
+            raise Crash(step)
+
+    try:
+        log.replace_segments([new], old, crash_hook=hook)
+    except Crash:
+        pass
+    return kept_offsets
+
+
+@pytest.mark.parametrize("crash_at", STEPS)
+def test_crash_at_each_replacement_step(tmp_path: Path, crash_at: str | None) -> None:
+    log = filled_log(tmp_path)
+    before = offsets_of(log_records(log))
+    second_base = log.segments.values()[2].base_offset
+    kept = compact_first_segments(log, crash_at)
+    after = kept + [o for o in before if o >= second_base]
+    log.close()
+    for seg in log.segments.values():
+        seg.close_handlers()
+    again = reopen(tmp_path, recovery_point=0, had_clean_shutdown=False)
+    got = offsets_of(log_records(again))
+    # steps 1 and 2 roll back (the .cleaned output is discarded); from step 3 on the swap completes
+    expected = before if crash_at in ("written",) else after
+    assert got == expected, crash_at
+    again.close()
+    d = tmp_path / "topic-0"
+    assert not any(n.endswith((".cleaned", ".swap")) for n in files(d))
+    assert verify_path(d).ok

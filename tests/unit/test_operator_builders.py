@@ -1,0 +1,106 @@
+"""Pure manifest builders: names, owners, mounts, security, the restart annotation, the Job."""
+
+from __future__ import annotations
+
+import pytest
+
+from logkeeper_operator import builders
+from logkeeper_operator.names import ANNOTATION_RESTART_HASH, batch_job_name, compaction_job_name, dns_label
+from logkeeper_operator.spec import SpecError, parse_compactionjob, parse_logvolume
+
+OWNER = builders.owner_reference("LogVolume", "orders", "uid-1")
+
+
+def lv(**over: object):  # type: ignore[no-untyped-def]
+    s: dict[str, object] = {"volumes": [{"id": "d0", "size": "2Gi", "deleteClaim": True, "storageClassName": "fast"},
+                                        {"id": "d1", "size": "1Gi"}, {"id": "d2", "existingClaim": "mine"}],
+                            "containers": [{"name": "app", "image": "app:1", "env": [{"name": "X", "value": "1"}]}],
+                            "sidecar": {"port": 9000, "resources": {"limits": {"memory": "1Gi"}}}}
+    s.update(over)
+    return parse_logvolume(s, default_image="logkeeper:t")
+
+
+def test_pvcs_owned_only_with_delete_claim() -> None:
+    claims = {c["metadata"]["name"]: c for c in builders.pvcs("orders", "ns", OWNER, lv())}
+    assert set(claims) == {"orders-d0", "orders-d1"}  # an existing claim is never made
+    assert claims["orders-d0"]["metadata"]["ownerReferences"] == [OWNER]
+    assert "ownerReferences" not in claims["orders-d1"]["metadata"]
+    assert claims["orders-d0"]["spec"]["storageClassName"] == "fast"
+    assert claims["orders-d1"]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+
+def test_statefulset() -> None:
+    ss = builders.statefulset("orders", "ns", OWNER, lv(), "abc")
+    assert ss["metadata"]["ownerReferences"] == [OWNER] and ss["spec"]["replicas"] == 1
+    tmpl = ss["spec"]["template"]
+    assert tmpl["metadata"]["annotations"][ANNOTATION_RESTART_HASH] == "abc"
+    assert ss["spec"]["selector"]["matchLabels"].items() <= tmpl["metadata"]["labels"].items()
+    pod = tmpl["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["fsGroup"] == 10001
+    sidecar, app = pod["containers"]
+    assert sidecar["args"] == ["sidecar", "--config", "/etc/logkeeper/config.yaml"]
+    assert sidecar["ports"][0]["containerPort"] == 9000 and sidecar["image"] == "logkeeper:t"
+    assert sidecar["securityContext"]["readOnlyRootFilesystem"] and not sidecar["securityContext"][
+        "allowPrivilegeEscalation"]
+    assert sidecar["resources"] == {"limits": {"memory": "1Gi"}}
+    mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    assert mounts["/data/d0"] == "data-d0" and "/tmp" in mounts and "/etc/logkeeper" in mounts
+    claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}
+    assert claims["data-d2"] == "mine" and claims["data-d0"] == "orders-d0"
+    env = {e["name"]: e["value"] for e in app["env"]}
+    assert env["LOGKEEPER_URL"] == "http://127.0.0.1:9000" and env["X"] == "1"
+    assert {"name": "token", "mountPath": "/var/run/secrets/logkeeper", "readOnly": True} in app["volumeMounts"]
+
+
+def test_children_carry_owner_and_labels() -> None:
+    spec = lv()
+    for obj in (builders.configmap("orders", "ns", OWNER, "x: 1"), builders.service("orders", "ns", OWNER, spec),
+                builders.secret("orders", "ns", OWNER, "tok")):
+        assert obj["metadata"]["ownerReferences"] == [OWNER]
+        assert obj["metadata"]["labels"]["logkeeper.io/logvolume"] == "orders"
+    svc = builders.service("orders", "ns", OWNER, spec)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["port"] == 9000
+
+
+ARGS = ["spark-compact", "--log-dir", "/data/d0/log", "--partition", "t-1", "--staging",
+        "/data/d0/log/.logkeeper-staging/t-1/0123456789ab", "--master", "local[*]", "--end-offset", "42"]
+
+
+def test_batch_job_local_and_kubernetes() -> None:
+    cj = parse_compactionjob({"logVolume": "orders", "topic": "t", "partition": 1, "volumeId": "d0",
+                              "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
+                              "staging": ARGS[6], "timeoutSeconds": 600})
+    job = builders.batch_job("cj1", "ns", "cj-uid", 2, cj, lv().spark, "orders-d0")
+    assert job["metadata"]["name"] == "cj1-a2" and job["metadata"]["ownerReferences"][0]["kind"] == "CompactionJob"
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 600
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["logkeeper", *ARGS]  # the sidecar's arguments, as they are
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/d0"  # where the sidecar has it
+    assert pod["affinity"]["podAffinity"] and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "orders-d0"
+    k8s = lv(spark={"mode": "kubernetes", "serviceAccountName": "spark",
+                    "conf": {"spark.executor.instances": "4"}}).spark
+    job = builders.batch_job("cj1", "ns", "cj-uid", 1, cj, k8s, "orders-d0")
+    pod = job["spec"]["template"]["spec"]
+    assert "affinity" not in pod and pod["serviceAccountName"] == "spark"
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["PYSPARK_SUBMIT_ARGS"] == "--conf spark.executor.instances=4 pyspark-shell"
+
+
+def test_compaction_job_spec_needs_the_hand_off() -> None:
+    base = {"logVolume": "orders", "topic": "t", "partition": 1, "volumeId": "d0", "logDir": "/data/d0/log",
+            "handOff": "0123456789ab", "args": ARGS, "staging": ARGS[6]}
+    for field, bad, message in (("args", None, "spec.args"), ("args", ["rm", "-rf"], "spec.args"),
+                                ("args", ["spark-compact", 3], "spec.args"), ("handOff", "", "spec.handOff"),
+                                ("staging", None, "spec.staging")):
+        with pytest.raises(SpecError, match=message):
+            parse_compactionjob({**base, field: bad})
+
+
+def test_names() -> None:
+    assert dns_label("ok-name") == "ok-name"
+    weird = dns_label("Bad_Name.with.dots")
+    assert weird.startswith("bad-name-with-dots-") and len(weird) <= 63
+    long = compaction_job_name("lv", "t" * 240, 3, "0123456789abcdef")
+    assert len(long) <= 253 and long == compaction_job_name("lv", "t" * 240, 3, "0123456789abcdef")
+    assert compaction_job_name("orders", "t", 0, "0123456789abcdef") == "orders-t-0-0123456789ab"
+    assert len(batch_job_name(long, 1)) <= 63

@@ -1,0 +1,66 @@
+"""Settings defined once: the CRDs, the chart's copy of them, values.yaml and values.schema.json
+agree with the settings' definitions (house rule 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from logkeeper.cleaner.config import CLEANER_SETTINGS
+from logkeeper.log.log_config import TOPIC_SETTINGS
+from logkeeper.log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS
+from logkeeper.server.config import SIDECAR_SETTINGS
+from logkeeper_operator import chartgen, crdgen
+from logkeeper_operator.config import OPERATOR_SETTINGS, env_name, load
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "logkeeper"
+
+
+def _lv_spec() -> dict:  # type: ignore[type-arg]
+    doc = yaml.safe_load((REPO / "crds" / "logvolumes.logkeeper.io.yaml").read_text())
+    return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
+def test_crds_are_current_and_the_chart_has_the_same() -> None:
+    assert crdgen.main(["--check", str(REPO / "crds"), str(CHART / "crds")]) == 0
+    assert chartgen.main(["--check", str(CHART)]) == 0
+
+
+def test_every_setting_is_in_the_schema() -> None:
+    spec = _lv_spec()
+    topic = spec["topics"]["items"]["properties"]["configs"]["properties"]
+    assert set(topic) == {s.key for s in TOPIC_SETTINGS.settings}
+    node = set(spec["node"]["properties"])
+    assert node == {s.key for s in (*MANAGER_SETTINGS.settings, *BROKER_LOG_DEFAULT_SETTINGS.settings)} - {"log.dirs"}
+    assert set(spec["cleaner"]["properties"]) == {s.key for s in CLEANER_SETTINGS.settings}
+    sidecar = set(spec["sidecar"]["properties"]["settings"]["properties"])
+    assert sidecar == {s.key for s in SIDECAR_SETTINGS.settings} - {"listen", "token.file"}
+    assert topic["segment.bytes"]["minimum"] == 14 and topic["segment.bytes"]["maximum"] == 2**31 - 1
+    assert topic["cleanup.policy"]["items"]["enum"] == ["delete", "compact"]
+    assert topic["min.cleanable.dirty.ratio"] == {**topic["min.cleanable.dirty.ratio"], "minimum": 0.0,
+                                                  "maximum": 1.0, "type": "number"}
+    assert "default" not in topic["segment.bytes"]  # Kafka keys: absent means the broker's default
+
+
+def test_values_yaml_agrees_with_the_operator_settings() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["operator"]["settings"] == {s.key: s.default for s in OPERATOR_SETTINGS.settings}
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    assert 'printf "LOGKEEPER_OPERATOR_%s"' in deployment
+    assert env_name("status.interval.seconds") == "LOGKEEPER_OPERATOR_STATUS_INTERVAL_SECONDS"
+    assert load({"LOGKEEPER_OPERATOR_STATUS_INTERVAL_SECONDS": "2"})["status.interval.seconds"] == 2.0
+
+
+def test_printer_columns_and_short_names() -> None:
+    docs = crdgen.all_crds()
+    lv = docs["logvolumes.logkeeper.io.yaml"]["spec"]
+    assert lv["names"]["shortNames"] == ["lv", "lvol"]
+    cols = [c["name"] for c in lv["versions"][0]["additionalPrinterColumns"]]
+    assert cols[:5] == ["Ready", "Cleaning", "Partitions", "Max-Dirty", "Backlogs"]
+    cj = docs["compactionjobs.logkeeper.io.yaml"]["spec"]["versions"][0]
+    assert cj["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["phase"]["enum"] == [
+        "Pending", "Running", "Succeeded", "Failed"]
+    for doc in docs.values():
+        assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}

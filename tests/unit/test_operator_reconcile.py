@@ -1,0 +1,203 @@
+"""The handlers' logic (reconcile.py) against an in-memory API and a fake sidecar: safe to
+repeat, CleanerPolicy lookups, live topic changes, backlogs -> CompactionJobs, the job's steps."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import pytest
+
+from logkeeper_operator import reconcile
+from logkeeper_operator.k8s import ApiError
+from logkeeper_operator.spec import SpecError
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.applies = 0
+
+    def _key(self, kind: str, ns: str | None, name: str) -> tuple[str, str, str]:
+        return kind, ns or "", name
+
+    def apply(self, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        self.applies += 1
+        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        self.objects[key] = copy.deepcopy(obj)
+        return obj
+
+    def create_if_absent(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        if key in self.objects:
+            return self.objects[key], False
+        stored = copy.deepcopy(obj)
+        if obj["kind"] == "Secret":
+            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in obj["stringData"].items()}
+        self.objects[key] = stored
+        return stored, True
+
+    def get(self, api_version: str, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        return self.objects.get(self._key(kind, ns, name))
+
+    def list(self, api_version: str, kind: str, ns: str | None, label_selector: str | None = None) -> list[Any]:
+        return [o for (k, n, _), o in self.objects.items() if k == kind and n == (ns or "")]
+
+
+class FakeSidecar:
+    def __init__(self, doc: dict[str, Any], topics: list[dict[str, Any]]) -> None:
+        self.doc, self._topics, self.calls = doc, topics, []  # type: list[tuple[Any, ...]]
+
+    def status(self) -> dict[str, Any]:
+        return self.doc
+
+    def topics(self) -> list[dict[str, Any]]:
+        return self._topics
+
+    def __getattr__(self, verb: str) -> Any:
+        def call(*args: Any) -> Any:
+            self.calls.append((verb, *args))
+            return {}
+        return call
+
+
+def lv_body(**spec: Any) -> dict[str, Any]:
+    s = {"volumes": [{"id": "d0", "size": "1Gi", "deleteClaim": True}],
+         "topics": [{"name": "t", "partitions": 1, "configs": {"cleanup.policy": ["compact"]}}]}
+    s.update(spec)
+    return {"apiVersion": "logkeeper.io/v1alpha1", "kind": "LogVolume", "spec": s,
+            "metadata": {"name": "orders", "namespace": "ns", "uid": "u1", "generation": 2}}
+
+
+def test_apply_is_repeatable_and_keeps_the_token() -> None:
+    kube = FakeKube()
+    reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
+    token = kube.objects[("Secret", "ns", "orders-token")]["data"]["token"]
+    kinds = sorted(k for k, _, _ in kube.objects)
+    assert kinds == ["ConfigMap", "PersistentVolumeClaim", "Secret", "Service", "StatefulSet"]
+    reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
+    assert kube.objects[("Secret", "ns", "orders-token")]["data"]["token"] == token
+    assert sorted(k for k, _, _ in kube.objects) == kinds
+
+
+def test_cleaner_policy_is_resolved_or_missing() -> None:
+    kube = FakeKube()
+    with pytest.raises(reconcile.PolicyMissing, match=r"spec\.cleanerPolicyRef\.name: CleanerPolicy 'p'"):
+        reconcile.apply_logvolume(kube, lv_body(cleanerPolicyRef={"name": "p"}))  # type: ignore[arg-type]
+    kube.objects[("CleanerPolicy", "ns", "p")] = {"spec": {"cleaner": {"log.cleaner.threads": 3}}}
+    reconcile.apply_logvolume(kube, lv_body(cleanerPolicyRef={"name": "p"}))  # type: ignore[arg-type]
+    assert "log.cleaner.threads: 3" in kube.objects[("ConfigMap", "ns", "orders-config")]["data"]["config.yaml"]
+    kube.objects[("CleanerPolicy", "ns", "p")] = {"spec": {"cleaner": {"log.cleaner.threads": -2}}}
+    with pytest.raises(SpecError, match=r"CleanerPolicy p spec\.cleaner\.log\.cleaner\.threads"):
+        reconcile.apply_logvolume(kube, lv_body(cleanerPolicyRef={"name": "p"}))  # type: ignore[arg-type]
+
+
+def test_shrinking_partitions_is_refused() -> None:
+    with pytest.raises(SpecError, match="cannot shrink"):
+        reconcile.apply_logvolume(FakeKube(), lv_body(), old_spec=lv_body(topics=[  # type: ignore[arg-type]
+            {"name": "t", "partitions": 4}])["spec"])
+
+
+ARGS = ["spark-compact", "--log-dir", "/data/d0/log", "--partition", "t-0", "--staging",
+        "/data/d0/log/.logkeeper-staging/t-0/0123456789ab", "--master", "local[*]"]
+
+
+def hand_off(state: str = "waiting-for-job", attempt: str = "0123456789ab", reason: str = "") -> dict[str, Any]:
+    return {"state": state, "attempt": attempt, "staging": ARGS[6], "job_args": ARGS, "reason": reason,
+            "result": {"bytes_read": 100, "bytes_written": 10} if state == "done" else {}}
+
+
+def sidecar_doc(backlog: bool, offload: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = {"topic": "t", "partition": 0, "log_dir": "/data/d0/log", "size_bytes": 1, "compacted": True,
+         "dirty_ratio": 0.9, "cleaning_state": "none", "backlog": backlog,
+         "backlog_detail": {"first_dirty_offset": 42, "estimated_keys": 10, "passes": 2} if backlog else None,
+         "offload": offload}
+    return {"ready": True, "log_dirs": [{"path": "/data/d0/log", "online": True}], "partitions": [p],
+            "cleaner": {"threads": 1, "alive_threads": 1}}
+
+
+def running_pod(kube: FakeKube) -> None:
+    kube.objects[("Pod", "ns", "orders-0")] = {"metadata": {"name": "orders-0"}, "status": {
+        "phase": "Running", "podIP": "10.1.1.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_poll_status_topics_and_hand_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube()
+    body = lv_body(topics=[{"name": "t", "partitions": 2}])
+    reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
+    config = kube.objects[("ConfigMap", "ns", "orders-config")]["data"]["config.yaml"]
+    assert "log.cleaner.offload.runner: external" in config  # the sidecar waits for the operator's jobs
+    running_pod(kube)
+    fake = FakeSidecar(sidecar_doc(backlog=True), [{"name": "t", "partitions": [0], "configs": {}}])
+    monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
+    result = reconcile.poll_logvolume(kube, body)  # type: ignore[arg-type]
+    assert result is not None
+    # a backlog alone is the sidecar's business; a hand-off waiting for a job becomes a CompactionJob
+    assert result.status["summary"]["backlogs"] == 1 and result.compaction_jobs == []
+    assert ("add_partitions", "t", 2) in fake.calls
+    fake.doc = sidecar_doc(backlog=True, offload=hand_off())
+    assert reconcile.poll_logvolume(kube, body).compaction_jobs == ["orders-t-0-0123456789ab"]  # type: ignore[union-attr]
+    cj = kube.objects[("CompactionJob", "ns", "orders-t-0-0123456789ab")]
+    assert cj["spec"]["logDir"] == "/data/d0/log" and cj["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert cj["spec"]["args"] == ARGS and cj["spec"]["handOff"] == "0123456789ab"
+    assert reconcile.poll_logvolume(kube, body).compaction_jobs == ["orders-t-0-0123456789ab"]  # type: ignore[union-attr]
+    assert len([k for k in kube.objects if k[0] == "CompactionJob"]) == 1  # made once
+    blocked = {**body, "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}}
+    assert reconcile.poll_logvolume(kube, blocked) is None  # type: ignore[arg-type]
+
+
+def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube()
+    body = lv_body()
+    reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
+    kube.objects[("LogVolume", "ns", "orders")] = body
+    running_pod(kube)
+    fake = FakeSidecar(sidecar_doc(backlog=True, offload=hand_off()), [])
+    monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
+    cj: dict[str, Any] = {"metadata": {"name": "cj", "namespace": "ns", "uid": "c1", "generation": 1},
+                          "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
+                                   "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
+                                   "staging": ARGS[6], "maxAttempts": 2, "timeoutSeconds": 60}, "status": {}}
+    tick = reconcile.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
+    assert tick.step.kind == "submit" and tick.status["phase"] == "Running" and tick.status["submissionId"] == "cj-a1"
+    assert kube.objects[("Job", "ns", "cj-a1")]["spec"]["template"]["spec"]["containers"][0]["command"] == \
+        ["logkeeper", *ARGS]
+    cj["status"].update(tick.status)
+    assert reconcile.drive_compaction(kube, cj, now_s=101.0).step.kind == "wait"  # type: ignore[arg-type]
+    kube.objects[("Job", "ns", "cj-a1")]["status"] = {"conditions": [{"type": "Failed", "status": "True",
+                                                                      "reason": "BackoffLimitExceeded"}]}
+    tick = reconcile.drive_compaction(kube, cj, now_s=102.0)  # type: ignore[arg-type]
+    assert tick.status["phase"] == "Pending" and "retrying" in tick.status["message"]
+    cj["status"].update(tick.status)
+    tick = reconcile.drive_compaction(kube, cj, now_s=103.0)  # type: ignore[arg-type]
+    assert tick.status["submissionId"] == "cj-a2" and tick.status["attempts"] == 2
+    cj["status"].update(tick.status)
+    kube.objects[("Job", "ns", "cj-a2")]["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    tick = reconcile.drive_compaction(kube, cj, now_s=104.0)  # type: ignore[arg-type]
+    assert tick.step.kind == "wait" and "validates" in tick.status["message"]  # staged, not yet swapped
+    fake.doc = sidecar_doc(backlog=False, offload=hand_off("done"))
+    tick = reconcile.drive_compaction(kube, cj, now_s=105.0)  # type: ignore[arg-type]
+    assert tick.status["phase"] == "Succeeded" and "bytes_read 100" in tick.status["message"]
+    assert fake.calls == []  # the operator never pauses, swaps or cleans: the sidecar does
+
+
+def test_compaction_job_fails_with_the_sidecars_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube()
+    body = lv_body()
+    reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
+    kube.objects[("LogVolume", "ns", "orders")] = body
+    running_pod(kube)
+    fake = FakeSidecar(sidecar_doc(backlog=True, offload=hand_off("failed", reason="the job timed out")), [])
+    monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
+    cj: dict[str, Any] = {"metadata": {"name": "cj", "namespace": "ns", "uid": "c1", "generation": 1},
+                          "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
+                                   "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
+                                   "staging": ARGS[6]}, "status": {"phase": "Running", "attempts": 1}}
+    tick = reconcile.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
+    assert tick.status["phase"] == "Failed" and "the job timed out" in tick.status["message"]
+
+
+def test_api_errors_are_classified() -> None:
+    assert ApiError(503, "x", "y").is_transient and ApiError(0, "x", "y").is_transient
+    assert not ApiError(422, "Invalid", "y").is_transient and not ApiError(403, "Forbidden", "y").is_transient

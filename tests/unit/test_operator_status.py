@@ -1,0 +1,99 @@
+"""The status model: a sidecar's /v1/status + the pod -> conditions, summary, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logkeeper_operator.status import PodState, build_status, invalid_status, is_ready, merge_conditions
+
+RUNNING = PodState(True, "Running", True, "10.0.0.1")
+
+
+def part(topic: str, p: int, **over: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"topic": topic, "partition": p, "log_dir": "/data/d0/log", "size_bytes": 100,
+                         "log_start_offset": 0, "log_end_offset": 10, "compacted": True, "dirty_ratio": 0.25,
+                         "cleaning_state": "none", "last_round": None, "uncleanable": None, "backlog": False,
+                         "backlog_detail": None}
+    d.update(over)
+    return d
+
+
+def sidecar(**over: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"ready": True,
+                         "log_dirs": [{"path": "/data/d0/log", "online": True, "error": None}],
+                         "partitions": [part("a", 0), part("a", 1, cleaning_state="in-progress", dirty_ratio=0.7,
+                                                           last_round={"finished_ms": 5}),
+                                        part("b", 0, compacted=False, dirty_ratio=None)],
+                         "cleaner": {"threads": 1, "alive_threads": 1}}
+    d.update(over)
+    return d
+
+
+def cond(status: dict[str, Any], t: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == t)
+
+
+def test_healthy_cleaning() -> None:
+    st, events = build_status(sidecar(), RUNNING, 4, None, "T1")
+    assert st["observedGeneration"] == 4
+    assert st["summary"] == {"partitions": 3, "compacted": 2, "cleaning": 1, "maxDirtyRatio": "0.70", "backlogs": 0,
+                             "offlineDirs": 0, "uncleanable": 0, "sizeBytes": 300}
+    assert st["cleaningState"] == "cleaning 1/2"
+    assert cond(st, "Ready")["status"] == "True" and cond(st, "Cleaning")["status"] == "True"
+    assert cond(st, "Degraded")["status"] == "False"
+    a1 = next(p for p in st["partitions"] if p["partition"] == "a-1")
+    assert a1["lastCleanedMs"] == 5 and a1["cleaningState"] == "in-progress" and a1["dirtyRatio"] == 0.7
+    assert {(e.type, e.reason) for e in events} == {("Normal", "SidecarReady"), ("Normal", "CleaningInProgress")}
+    # no nulls in the merge patch: a null deletes the key, and the stored status never equals the patch
+    b0 = next(p for p in st["partitions"] if p["partition"] == "b-0")
+    assert "dirtyRatio" not in b0 and "uncleanable" not in b0 and "lastCleanedMs" not in b0
+
+
+def test_degraded_offline_uncleanable_backlog() -> None:
+    doc = sidecar(log_dirs=[{"path": "/data/d1/log", "online": False, "error": "EIO"}],
+                  partitions=[part("a", 0, uncleanable={"reason": "corrupt", "failures": 2, "retry_at_ms": 9}),
+                              part("a", 1, backlog=True, backlog_detail={"first_dirty_offset": 7, "estimated_keys": 9,
+                                                                         "passes": 3, "dirty_bytes": 1,
+                                                                         "recopied_bytes": 2})],
+                  cleaner={"threads": 2, "alive_threads": 1})
+    st, events = build_status(doc, RUNNING, 1, None, "T1")
+    deg = cond(st, "Degraded")
+    assert deg["status"] == "True" and deg["reason"] == "OfflineDirectories"
+    assert "uncleanable: a-0 (corrupt)" in deg["message"] and "1 of 2 cleaner threads" in deg["message"]
+    assert st["offlineDirs"] == [{"path": "/data/d1/log", "error": "EIO"}]
+    assert st["uncleanablePartitions"] == [{"partition": "a-0", "reason": "corrupt", "failures": 2}]
+    assert st["backlogs"][0]["partition"] == "a-1" and st["backlogs"][0]["firstDirtyOffset"] == 7
+    assert st["cleaningState"] == "idle"
+    assert ("Warning", "OfflineDirectories") in {(e.type, e.reason) for e in events}
+
+
+def test_pod_and_sidecar_not_there() -> None:
+    st, _ = build_status(None, PodState(False), 1, None, "T")
+    assert cond(st, "Ready")["reason"] == "PodMissing" and st["cleaningState"] == "unknown"
+    st, _ = build_status(None, PodState(True, "Pending"), 1, None, "T")
+    assert cond(st, "Ready")["reason"] == "PodNotRunning"
+    st, _ = build_status(None, RUNNING, 1, None, "T", error="connection refused")
+    assert cond(st, "Ready")["reason"] == "SidecarUnreachable" and "refused" in cond(st, "Ready")["message"]
+    st, _ = build_status(sidecar(ready=False), RUNNING, 1, None, "T")
+    assert cond(st, "Ready")["reason"] == "SidecarStarting"
+
+
+def test_transition_times_and_events() -> None:
+    first, _ev1 = build_status(sidecar(), RUNNING, 1, None, "T1")
+    again, ev2 = build_status(sidecar(), RUNNING, 1, first["conditions"], "T2")
+    assert ev2 == [] and cond(again, "Ready")["lastTransitionTime"] == "T1"
+    down, ev3 = build_status(None, RUNNING, 1, again["conditions"], "T3", error="x")
+    assert cond(down, "Ready")["lastTransitionTime"] == "T3"
+    assert [(e.type, e.reason) for e in ev3 if e.reason == "SidecarUnreachable"] == [("Warning", "SidecarUnreachable")]
+    assert is_ready(again["conditions"]) and not is_ready(down["conditions"])
+
+
+def test_invalid_status_keeps_other_conditions() -> None:
+    ok, _ = build_status(sidecar(), RUNNING, 1, None, "T1")
+    bad, events = invalid_status("spec.x: nope", 2, ok["conditions"], "T2")
+    assert cond(bad, "Ready") == {"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                                  "message": "spec.x: nope", "lastTransitionTime": "T2"}
+    assert cond(bad, "Cleaning")["status"] == "True"  # kept
+    assert events[0].type == "Warning" and events[0].reason == "InvalidSpec"
+    merged, ev = merge_conditions(bad["conditions"], [cond(bad, "Ready")], "T3")
+    assert ev == [] and cond({"conditions": merged}, "Ready")["lastTransitionTime"] == "T2"
