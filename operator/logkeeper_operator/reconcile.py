@@ -33,7 +33,6 @@ from .names import (
     TOKEN_KEY,
     batch_job_name,
     compaction_job_name,
-    log_dir,
     pod_name,
     secret_name,
 )
@@ -43,6 +42,7 @@ from .spec import (
     CompactionJobSpec,
     LogVolumeSpec,
     SpecError,
+    VolumeSpec,
     check_topic_changes,
     parse_cleaner,
     parse_compactionjob,
@@ -199,18 +199,29 @@ def poll_logvolume(kube: Kube, body: Mapping[str, Any]) -> PollResult | None:
             hand_off = part.get("offload") if isinstance(part, Mapping) else None
             if not isinstance(hand_off, Mapping) or hand_off.get("state") != WAITING:
                 continue
-            cj = ensure_compaction_job(kube, name, namespace, uid, spec, part, hand_off)
+            cj = ensure_compaction_job(kube, name, namespace, uid, spec, doc.get("log_dirs") or [], part, hand_off)
             if cj:
                 result.compaction_jobs.append(cj)
     return result
 
 
-def ensure_compaction_job(kube: Kube, lv: str, namespace: str, uid: str, spec: LogVolumeSpec,
+def volume_of(spec: LogVolumeSpec, log_dirs: list[Any], directory: str) -> VolumeSpec | None:
+    """The volume holding ``directory``. The sidecar lists its log.dirs in the order the operator
+    rendered them (spec.volumes' order), so the position names the volume whatever the directory's
+    path is where the sidecar runs; a sidecar with another number of dirs (an old config during a
+    roll) names none."""
+    paths = [str(d.get("path") or "").rstrip("/") for d in log_dirs if isinstance(d, Mapping)]
+    if len(paths) != len(spec.volumes) or directory not in paths:
+        return None
+    return spec.volumes[paths.index(directory)]
+
+
+def ensure_compaction_job(kube: Kube, lv: str, namespace: str, uid: str, spec: LogVolumeSpec, log_dirs: list[Any],
                           part: Mapping[str, Any], hand_off: Mapping[str, Any]) -> str | None:
     """The CompactionJob of a hand-off the sidecar waits on, made once (named after its attempt)."""
     topic, p = str(part.get("topic")), part.get("partition")
     directory = str(part.get("log_dir") or "").rstrip("/")
-    volume = next((v for v in spec.volumes if log_dir(v.id) == directory), None)
+    volume = volume_of(spec, log_dirs, directory)
     attempt, args, staging = hand_off.get("attempt"), hand_off.get("job_args"), hand_off.get("staging")
     if volume is None or not isinstance(p, int) or not attempt or not args or not staging:
         log.warning("%s: hand-off of %s-%s not understood (directory %s, entry %s)", lv, topic, p, directory, hand_off)

@@ -45,10 +45,10 @@ def read_tools(env_file: Path) -> dict[str, str]:
     return out
 
 
-def kubeconfig(server: str, token: str, user: str = "admin", namespace: str = "default") -> str:
+def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin", namespace: str = "default") -> str:
     return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-        "clusters": [{"name": "e2e", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user, "namespace": namespace}}],
     })
@@ -84,6 +84,7 @@ class ControlPlane:
     procs: list[Proc] = field(default_factory=list)
     server: str = ""
     kubeconfig_path: Path = Path()
+    ca_file: Path = Path()
     timings: dict[str, float] = field(default_factory=dict)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -161,14 +162,17 @@ class ControlPlane:
 
         self._wait(api, api_ready, "/readyz")
         self.timings["apiserver_s"] = time.monotonic() - t0
+        # kube-apiserver's self-signed serving cert file holds its CA after the cert: clients verify
+        # against it (no insecure-skip-tls-verify, so no warning on every request)
+        self.ca_file = w / "certs" / "apiserver.crt"
         self.kubeconfig_path = w / "admin.kubeconfig"
-        self.kubeconfig_path.write_text(kubeconfig(self.server, ADMIN_TOKEN))
+        self.kubeconfig_path.write_text(kubeconfig(self.server, self.ca_file, ADMIN_TOKEN))
         self._spawn("kube-controller-manager", [
             self.tools["KUBE_CONTROLLER_MANAGER"],
             f"--kubeconfig={self.kubeconfig_path}",
             f"--authentication-kubeconfig={self.kubeconfig_path}",
             f"--authorization-kubeconfig={self.kubeconfig_path}",
-            "--controllers=serviceaccount,deployment,replicaset,statefulset,job,garbagecollector",
+            "--controllers=serviceaccount,deployment,replicaset,statefulset,job,garbagecollector,pvc-protection",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--use-service-account-credentials=false", "--authentication-skip-lookup=true",
             "--concurrent-statefulset-syncs=2", "--concurrent-job-syncs=2",

@@ -138,8 +138,8 @@ class Operator:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
 
-def service_account_kubeconfig(kubectl: Kubectl, server: str, path: Path) -> Path:
+def service_account_kubeconfig(kubectl: Kubectl, server: str, ca_file: Path, path: Path) -> Path:
     """A kubeconfig with the chart's ServiceAccount token: the operator gets the chart's RBAC, no more."""
     token = kubectl("create", "token", "logkeeper", "-n", RELEASE_NAMESPACE, "--duration", "2h").stdout.strip()
-    path.write_text(kubeconfig(server, token, user="logkeeper-operator", namespace=NAMESPACE))
+    path.write_text(kubeconfig(server, ca_file, token, user="logkeeper-operator", namespace=NAMESPACE))
     return path

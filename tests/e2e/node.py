@@ -161,11 +161,16 @@ class Node:
                 out[v.name] = d
         return out
 
-    @staticmethod
-    def _mapper(mounts: list[tuple[str, Path]]):  # type: ignore[no-untyped-def]
+    def _mapper(self, mounts: list[tuple[str, Path]]):  # type: ignore[no-untyped-def]
         ordered = sorted(mounts, key=lambda m: -len(m[0]))
+        node_root = str(self.workdir).rstrip("/") + "/"
 
         def mapped(path: str) -> str:
+            # Without mount namespaces a sidecar reports its directories by their node paths, and
+            # the operator passes those on to the Job: already on the node, they stay as they are
+            # (a pod's /tmp mount must not capture /tmp/<work dir>/...).
+            if path.startswith(node_root):
+                return path
             for prefix, local in ordered:
                 if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                     return str(local) + path[len(prefix.rstrip("/")):]

@@ -86,7 +86,8 @@ def node(api: Any, control_plane: ControlPlane, workdir: Path) -> Iterator[Node]
 
 @pytest.fixture(scope="module")
 def operator(kubectl: Kubectl, control_plane: ControlPlane, workdir: Path) -> Iterator[Operator]:
-    cfg = service_account_kubeconfig(kubectl, control_plane.server, workdir / "operator.kubeconfig")
+    cfg = service_account_kubeconfig(kubectl, control_plane.server, control_plane.ca_file,
+                                     workdir / "operator.kubeconfig")
     op = Operator(cfg, workdir / "operator.log")
     op.start()
     yield op

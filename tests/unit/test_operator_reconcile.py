@@ -147,6 +147,15 @@ def test_poll_status_topics_and_hand_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert reconcile.poll_logvolume(kube, blocked) is None  # type: ignore[arg-type]
 
 
+def test_hand_off_volume_is_named_by_the_position_of_its_log_dir() -> None:
+    two = [{"id": "d0", "size": "1Gi"}, {"id": "d1", "size": "1Gi"}]
+    spec = reconcile.parse_logvolume(lv_body(volumes=two)["spec"])
+    dirs = [{"path": "/mnt/a/log"}, {"path": "/mnt/b/log/"}]  # wherever the pod's runtime put them
+    assert reconcile.volume_of(spec, dirs, "/mnt/b/log").id == "d1"  # type: ignore[union-attr]
+    assert reconcile.volume_of(spec, dirs, "/elsewhere") is None
+    assert reconcile.volume_of(spec, dirs[:1], "/mnt/a/log") is None  # an old config: a dir short
+
+
 def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube()
     body = lv_body()
