@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -237,8 +238,10 @@ def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl, node
 
 def test_08_backlog_becomes_a_compaction_job_that_completes(kubectl: Kubectl, node: Node, operator: Operator) -> None:
     tok = token(kubectl)
-    for chunk in range(30):  # far more distinct keys than one offset map of 24 KiB holds (~900)
-        produce(tok, "accounts", 0, [{"key": f"b{chunk}-{i}", "value": "y" * 20} for i in range(200)])
+    # 3000 distinct keys, far more than one offset map of 24 KiB holds (~900), each written twice
+    for chunk in range(30):
+        produce(tok, "accounts", 0, [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20}
+                                     for i in range(200)])
     cjs = wait_for(lambda: json.loads(kubectl("get", "compactionjobs", "-n", NAMESPACE, "-o", "json").stdout)["items"],
                    150, "a CompactionJob for the backlog on accounts-0" + f"\n{operator.tail(20)}")
     cj = cjs[0]
@@ -258,6 +261,9 @@ def test_08_backlog_becomes_a_compaction_job_that_completes(kubectl: Kubectl, no
     assert cmd[:2] == ["logkeeper", "spark-compact"] and "--partition" in cmd, cmd
     print("\n" + kubectl("get", "compactionjobs", "-n", NAMESPACE, "-o", "wide").stdout)
     print(done["status"]["message"])
+    figures = {k: int(v.replace(",", "")) for k, v in re.findall(r"(bytes_read|bytes_written) ([\d,]+)",
+                                                                  done["status"]["message"])}
+    assert figures["bytes_written"] < figures["bytes_read"], done["status"]  # the overwritten half went
     mark("compaction job done")
 
 
