@@ -84,9 +84,14 @@ e2e: setup
 kind-e2e:
 	bash e2e/kind-e2e.sh
 
+# Every in-process benchmark (about 20 min on 2 cores); each writes its table to bench/results/.
+# bench-kafka (a real broker) and the Spark benchmark have their own targets.
 bench: setup
 	$(PY) bench/bench_walk.py
 	$(PY) bench/bench_log.py
+	$(PY) bench/bench_cleaner.py
+	$(PY) bench/bench_startup.py
+	$(PY) bench/bench_sidecar_load.py
 
 # The same Kafka client (confluent-kafka) against the sidecar's Kafka listener and a real Kafka
 # broker (make interop's release), side by side: bench/results/kafka_clients.md.

@@ -1,6 +1,6 @@
 """Benchmark: the log cleaner on W1 and W10, against a plain sequential read and a dict-of-MD5 cleaner.
 
-Run: ``.venv/bin/python bench/bench_cleaner.py [--w10] [--baseline-records N]``. Writes the table,
+Run: ``.venv/bin/python bench/bench_cleaner.py [--no-w10] [--baseline-records N]``. Writes the table,
 with the command, date and machine, to ``bench/results/cleaner.md``. Every figure comes from one
 run of this script:
 
