@@ -268,3 +268,30 @@ def test_throttled_cleaner_is_slower(tmp_path: Path, rate: float) -> None:
     assert slept and t.total_observed == 1_000_000
     elapsed_s = now[0] / 1e9
     assert t.total_observed / elapsed_s <= rate * 1.5
+
+
+def test_a_round_is_reported_after_its_checkpoint(tmp_path: Path) -> None:
+    """Regression: the sidecar's status paired a just-reported round with the previous cleaner
+    checkpoint (dirty ratio 1.0 after a round), as the round was reported before done_cleaning."""
+    clock = Clock()
+    tp = TopicPartition("a", 0)
+    logs = {tp: compact_log(tmp_path, tp, clock)}
+    fill(logs[tp], 300, 10)
+    logs[tp].roll()
+    seen: list[tuple[int, int | None]] = []
+    cleaner: LogCleaner | None = None
+
+    def sink(t: TopicPartition, start: int, end: int, stats: object, cleaner_id: int) -> None:
+        assert cleaner is not None
+        seen.append((end, cleaner.manager.all_cleaner_checkpoints().get(t)))
+
+    cleaner = LogCleaner(cleaner_config(), [tmp_path], lambda: logs, clock_ms=clock, round_sink=sink)
+    cleaner.startup()
+    try:
+        assert cleaner.await_cleaned(tp, logs[tp].active_segment.base_offset, max_wait_ms=30000)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        cleaner.shutdown()
+    assert seen and all(end == checkpoint for end, checkpoint in seen), seen

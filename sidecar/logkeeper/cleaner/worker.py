@@ -124,12 +124,12 @@ class CleanerWorker:
         data_dir = self.manager.log_dir_of(ltc.log)
         start = ltc.first_dirty_offset
         end = start
+        finished: CleanerStats | None = None
         try:
             end, stats = self.cleaner.clean(ltc)
             self.rounds += 1
             self.record_stats(ltc.log.name, start, end, stats)
-            if self.round_sink is not None:
-                self.round_sink(tp, start, end, stats, self.cleaner.id)
+            finished = stats
             self.manager.set_backlog(tp, estimate_backlog(
                 ltc.log, first_dirty=start, first_uncleanable=ltc.first_uncleanable_offset, end_offset=end,
                 map_keys=self.cleaner.offset_map.size, map_max_entries=self.cleaner.offset_map.max_entries,
@@ -147,6 +147,10 @@ class CleanerWorker:
                                            f"an I/O error", e)
         finally:
             self.manager.done_cleaning(tp, data_dir, end)
+        # Reported once done_cleaning has moved the checkpoint to the round's end: a status read
+        # in between would pair this round with the previous checkpoint (and its dirty ratio).
+        if finished is not None and self.round_sink is not None:
+            self.round_sink(tp, start, end, finished, self.cleaner.id)
 
     def record_stats(self, name: str, start: int, end: int, stats: CleanerStats) -> None:
         self.last_stats = stats

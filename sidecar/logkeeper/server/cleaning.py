@@ -81,6 +81,10 @@ class RoundLog:
         with self._lock:
             return self._last.get(tp)
 
+    def snapshot(self) -> dict[TopicPartition, RoundReport]:
+        with self._lock:
+            return dict(self._last)
+
     def forget(self, tp: TopicPartition) -> None:
         with self._lock:
             self._last.pop(tp, None)

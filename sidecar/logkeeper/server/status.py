@@ -45,6 +45,9 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
     manager, cleaner = sidecar.manager, sidecar.cleaner
     cm = cleaner.manager
     now = sidecar.clock_ms()
+    # The rounds before the checkpoints: a round is reported after its checkpoint is written, so
+    # every round listed here has its checkpoint in what is read next.
+    reports = sidecar.rounds.snapshot()
     checkpoints = cm.all_cleaner_checkpoints()
     states = cm.cleaning_states()
     backlogs = cm.backlogs()
@@ -61,7 +64,7 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
                 _dirty(entry, lg, checkpoints.get(tp), now)
             except (ValueError, RuntimeError, OSError) as e:  # the log closed or deleted meanwhile
                 entry["error"] = f"{type(e).__name__}: {e}"
-        report = sidecar.rounds.last(tp)
+        report = reports.get(tp)
         u = uncleanable.get(tp)
         backlog = backlogs.get(tp)
         entry.update({
