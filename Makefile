@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
-.PHONY: setup constraints demo test unit lint bench bench-kafka kcat crash interop e2e kind-e2e crds chart clean
+.PHONY: setup constraints demo test unit lint bench bench-kafka kcat crash interop spark e2e kind-e2e crds chart clean
 
 setup: $(STAMP)
 
@@ -55,6 +55,13 @@ interop: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) $(PY) -m pytest -v -p no:cacheprovider tests/kafka $(PYTEST_ARGS) || \
 		{ echo "make interop: FAILED (each failure above names its step: 'step N: ...')"; exit 1; }
 	@sed -n '/^| cleaner/,/^$$/p' bench/results/kafka_side_by_side.md
+
+# The real Spark job (issue 7), local[2] with the spark extra: its output byte-identical to the
+# in-process cleaner's on random workloads, the sidecar's hand-off with the embedded job, kills of
+# the real job and of the sidecar while it runs (tests/spark; about 3 minutes on 2 cores).
+spark: setup
+	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark]'
+	$(PY) -m pytest -q tests/spark $(PYTEST_ARGS)
 
 # The CRDs (crds/) and the chart's generated parts (its crds/ copy, values.schema.json), written
 # from the settings' single definitions; `make chart` also checks that they agree and lints the chart.
