@@ -1,7 +1,8 @@
 """The Spark hand-off with a real sidecar process, killed at each step (cleaner/offload.py's numbered
 steps, LOGKEEPER_OFFLOAD_CRASH_AT) and while its job runs; the job killed at each of its steps
 (LOGKEEPER_SPARK_CRASH_AT). The job is tests/spark_double.py (the job's own plan, rewrite and
-manifest code, its Spark stage a dict); tests/spark runs the same with the real Spark job.
+manifest code, its Spark stage a dict); tests/spark/test_spark_crash.py kills the real Spark job
+(its JVM and workers, which this stand-in does not have; make spark).
 
 After a kill of the sidecar, the directory loaded as a restart loads it holds exactly the log
 before the round or exactly the log after it (never a mix; the checkpoint moves only with the

@@ -419,6 +419,34 @@ def test_timeout_and_cancel_kill_the_jobs_whole_process_group(tmp_path: Path, ho
         assert not alive(pid), f"process {pid} of the job outlived the hand-off"
 
 
+@pytest.mark.parametrize("how", ["timeout", "exit"])
+def test_the_runner_kills_the_jobs_other_process_groups_too(tmp_path: Path, how: str) -> None:
+    """A PySpark driver's Python workers are not in its process group: pyspark's daemon makes a
+    group of its own (setpgid) in the job's session. A timeout, and the end of a job that left
+    such a process behind, kill every process of the job's session (regression: only the
+    driver's group was killed; the workers lived on until they noticed the JVM was gone)."""
+    request = request_in(tmp_path)
+    pids = tmp_path / "pids"
+    # the job: a child in a process group of its own (as pyspark's daemon), then wait or exit
+    script = ("import os, subprocess, sys, time; "
+              "c = subprocess.Popen(['sleep', '300'], process_group=0); "
+              f"open({str(pids)!r} + '.tmp', 'w').write(str(c.pid)); os.rename({str(pids)!r} + '.tmp', {str(pids)!r}); "
+              + ("time.sleep(300)" if how == "timeout" else "sys.exit(0)"))
+    job = [sys.executable, "-c", script]
+    if how == "timeout":
+        with pytest.raises(OffloadError, match="timed out"):
+            SubprocessRunner(job).run(request, 2.0, threading.Event())
+    else:
+        SubprocessRunner(job).run(request, 60, threading.Event())
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(child):
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("a process of the job in another process group of its session outlived the hand-off")
+
+
 def test_a_job_dies_with_the_thread_that_started_it(tmp_path: Path) -> None:
     """PR_SET_PDEATHSIG: the sidecar's death (here: the starting thread's) kills the job."""
     pid_file = tmp_path / "pid"

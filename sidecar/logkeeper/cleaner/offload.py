@@ -16,7 +16,7 @@ kill a sidecar process at each one with LOGKEEPER_OFFLOAD_CRASH_AT=<step>):
    uncleanable) as a cleaner thread would take it, with the log start offset, the topic's
    settings and now; a fresh staging directory ``<staging root>/<tp>/<attempt>``.
 2. ``job-finished``: the job ran (offload_job.py: ``logkeeper spark-compact`` in a subprocess
-   with its own process group, bounded by log.cleaner.offload.timeout.ms) and exited 0, and its
+   in a session of its own, bounded by log.cleaner.offload.timeout.ms) and exited 0, and its
    manifest (spark/manifest.py) reads.
 3. ``validated``: the manifest is for tp and the round asked (offsets, now, settings); its end
    offset is not beyond the log's first uncleanable offset now; its inputs are exactly the log's
@@ -40,7 +40,7 @@ before step 5's ``swapped``) or forward (only ``.swap`` files); a crash between 
 ``checkpointed`` leaves a cleaned log with the old checkpoint, which the next round cleans
 again, as after the same crash in Kafka.
 
-A failure or a timeout in steps 1-4 aborts cleanly: the job's process group killed, placed
+A failure or a timeout in steps 1-4 aborts cleanly: every process of the job killed, placed
 ``.cleaned`` files and the staging directory removed, cleaning resumed; the partition's offload
 entry says ``failed`` with the reason, and the next attempt waits for a backoff that starts at
 log.cleaner.uncleanable.retry.initial.ms and doubles per consecutive failure up to

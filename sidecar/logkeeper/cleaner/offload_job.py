@@ -15,11 +15,16 @@ session (and so a process group) of its own, its standard output and error go to
 ``<staging>/job.log``, PYSPARK_PYTHON defaults to this interpreter and SPARK_LOCAL_IP to
 127.0.0.1 for a local master. It is bounded three ways:
 
-- ``timeout_s``: past it the whole process group gets SIGTERM, then SIGKILL after
-  KILL_GRACE_S (the JVM and the Python workers a PySpark driver starts are in that group);
+- ``timeout_s``: past it every process group of the job's session gets SIGTERM, then SIGKILL
+  after KILL_GRACE_S: the driver's group holds the driver and its JVM, but pyspark's daemon puts
+  itself and the Python workers in a group of their own (setpgid) in the same session, so the
+  groups are found by session id in /proc (Linux; elsewhere only the driver's group is
+  signalled). The same at the end of every run, also a successful one: nothing of the job
+  outlives its hand-off (the kill waits, at most SESSION_KILL_BOUND_S, for the session to empty);
 - ``cancelled`` (the sidecar shutting down): the same;
 - the sidecar's death: the child asks the kernel for SIGKILL when its parent thread dies
-  (PR_SET_PDEATHSIG), and a PySpark JVM exits when its driver's pipe closes.
+  (PR_SET_PDEATHSIG), a PySpark JVM exits when its driver's pipe closes, and pyspark's daemon
+  kills its workers and exits when the JVM's pipe closes.
 
 The run succeeds when the job exits 0; otherwise ``OffloadError`` carries the reason the job
 left in ``failure.json`` (spark/manifest.py), else the last line of its output.
@@ -53,6 +58,7 @@ from ..spark.manifest import MANIFEST, read_failure
 _LOG = logging.getLogger("logkeeper.cleaner.offload")
 
 KILL_GRACE_S = 5.0
+SESSION_KILL_BOUND_S = 10.0
 TAIL_LINES = 30
 POLL_S = 0.2
 JOB_LOG = "job.log"
@@ -113,23 +119,63 @@ def _die_with_parent() -> None:
         pass
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the job's process group, SIGKILL after KILL_GRACE_S; waits for the job."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 30.0)):
+def session_groups(sid: int) -> set[int]:
+    """The process groups of the live (not zombie) processes of session ``sid``, from /proc
+    (empty where there is no /proc)."""
+    groups: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for entry in entries:
+        if not entry.isdigit():
+            continue
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()  # state ppid pgrp session ...
+        if len(fields) > 3 and fields[0] != b"Z" and int(fields[3]) == sid:
+            groups.add(int(fields[2]))
+    return groups
+
+
+def _signal_groups(groups: set[int], sig: signal.Signals) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to every process group of the job's session (it is the session leader), SIGKILL
+    after KILL_GRACE_S; waits for the job, then (bounded) until no process of its session lives."""
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 30.0)):
+        groups = session_groups(proc.pid)
+        if proc.poll() is None:
+            groups.add(proc.pid)
+        if not groups:
             break
+        _signal_groups(groups, sig)
         try:
             proc.wait(wait_s)
             if sig == signal.SIGKILL:
                 break
         except subprocess.TimeoutExpired:
             continue
-    try:  # the leader may be gone while others of its group live on: make sure none does
+    try:  # the leader may be gone while others of its group live on (no /proc to find them)
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
+    deadline = time.monotonic() + SESSION_KILL_BOUND_S
+    while (groups := session_groups(proc.pid)) and time.monotonic() < deadline:
+        _signal_groups(groups, signal.SIGKILL)
+        time.sleep(0.02)
+    if groups:
+        _LOG.warning("processes of the job (session %d, groups %s) outlived SIGKILL for %g s", proc.pid,
+                     sorted(groups), SESSION_KILL_BOUND_S)
 
 
 def tail(path: Path, n: int) -> list[str]:

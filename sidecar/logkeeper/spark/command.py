@@ -13,7 +13,11 @@ arguments. pyspark is imported only when the job runs.
 Crash points for tests, LOGKEEPER_SPARK_CRASH_AT=<step>: ``planned`` (the plan made, nothing
 written), ``written`` (every cleaned segment staged, no manifest yet), ``manifest`` (the manifest
 written, the process not yet exited) make the driver exit as a SIGKILL would; ``group-written``
-(one group's segment staged, in a Spark worker) kills the job's whole process group.
+(one group's segment staged, in a Spark worker) SIGKILLs every process of the job: driver, JVM
+and workers (a lost node, the OOM killer). The workers are not in the driver's process group
+(pyspark's daemon makes its own), so the driver, when it leads a session of its own (as the
+sidecar starts it), passes its session id to them in LOGKEEPER_SPARK_JOB_SESSION; without it a
+worker kills only its own group and the job fails with Spark's error instead.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger("logkeeper.spark")
 CRASH_ENV = "LOGKEEPER_SPARK_CRASH_AT"
+JOB_SESSION_ENV = "LOGKEEPER_SPARK_JOB_SESSION"
 
 
 def maybe_crash(step: str) -> None:
@@ -45,13 +50,30 @@ def maybe_crash(step: str) -> None:
 
 
 def maybe_kill_group(step: str) -> None:
-    """In a Spark worker: SIGKILL the job's whole process group (driver, JVM, workers: a lost node
-    or the OOM killer) right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it. Only for a job
-    run in a process group of its own, as the sidecar runs it (crash tests)."""
-    if os.environ.get(CRASH_ENV) == step:
-        sys.stderr.write(f"spark-compact: job killed after step {step} ({CRASH_ENV})\n")
-        sys.stderr.flush()
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+    """In a Spark worker: SIGKILL every process of the job (the process groups of the session
+    LOGKEEPER_SPARK_JOB_SESSION names, when this worker is in it; then this worker's own group)
+    right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it (crash tests)."""
+    if os.environ.get(CRASH_ENV) != step:
+        return
+    sys.stderr.write(f"spark-compact: job killed after step {step} ({CRASH_ENV})\n")
+    sys.stderr.flush()
+    session = int(os.environ.get(JOB_SESSION_ENV) or 0)
+    if session and os.getsid(0) == session:
+        from ..cleaner.offload_job import session_groups
+
+        for group in session_groups(session) - {os.getpgrp()}:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _mark_job_session() -> None:
+    """Under a crash test, tell the workers (through the environment the JVM passes on) the
+    job's session, when the driver leads one of its own."""
+    if os.environ.get(CRASH_ENV) and os.getsid(0) == os.getpid():
+        os.environ[JOB_SESSION_ENV] = str(os.getpid())
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,6 +137,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         plan_seconds = time.monotonic() - started
         from .job import run_job, spark_session
 
+        _mark_job_session()
         spark = spark_session(args.master, conf)
         try:
             manifest = run_job(spark, plan, staging)
