@@ -49,7 +49,7 @@ from tests.spark_helpers import (
 )
 
 # (seed, chunk bytes): the seeds' settings differ in segment.bytes and index.interval.bytes
-CASES = [(0, 64 << 20), (1, 700), (2, 3000), (3, 64 << 20)]
+CASES = [(0, 64 << 20), (1, 700), (2, 3000)]
 PRODUCER_EXPIRATION_MS = 86_400_000
 
 

@@ -1,17 +1,25 @@
-"""The sidecar's hand-off (cleaner/offload.py) with the real job and the embedded default runner:
-``SubprocessRunner`` running this Python's ``logkeeper spark-compact`` (local Spark in a
-subprocess of its own), as ``log.cleaner.offload.command`` empty makes it.
+"""The sidecar's hand-off (cleaner/offload.py) with the real job, started by ``SubprocessRunner``:
 
-While the job runs, records are appended and the active segment rolled; the hand-off then
-validates the manifest and swaps the staged segments in. The partition directory ends byte for
-byte as the in-process cleaner leaves a copy of it (one round with the same settings and time,
-then the same appends), with the checkpoint at the round's end, the staging directory gone and
-the cleaning resumed."""
+- the embedded default (``log.cleaner.offload.command`` empty): this Python's ``logkeeper
+  spark-compact --master local[2]``, local Spark in a subprocess of its own; records are appended
+  and the active segment rolled while the job runs;
+- spark-submit (the scale-out route of the README, here with a local master): the command
+  ``spark-submit --master local[2] <logkeeper/spark/submit.py>`` and
+  ``log.cleaner.offload.spark.master`` empty, so that the job takes spark-submit's master.
+
+The offload thread's step (``run_once``) picks the log, the job runs, the hand-off validates the
+manifest and swaps the staged segments in. The partition directory ends byte for byte as the
+in-process cleaner leaves a copy of it (one round with the same settings and time, then the same
+appends), with the checkpoint at the round's end, the staging directory gone and the cleaning
+resumed."""
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.manager import CleanerManager
@@ -21,9 +29,9 @@ from logkeeper.cleaner.testing import append_kvs
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
+from logkeeper.spark import submit
 from tests.spark_helpers import NOW_MS, TP, build_log, clean_in_process, config, copy_log_dir, open_log, segment_files
 
-SEED = 31
 JOB_TIMEOUT_S = 300.0
 
 
@@ -39,53 +47,55 @@ def append_late(log: Log) -> None:
             log.roll()
 
 
-def test_hand_off_to_the_real_job_in_a_subprocess(tmp_path: Path) -> None:
-    cfg = compact(SEED)
-    src = build_log(tmp_path / "src", SEED)
+def hand_off(tmp_path: Path, seed: int, settings: dict[str, Any],
+             meanwhile: Callable[[Log], None] | None = None) -> tuple[Offloader, dict[str, Any]]:
+    """One hand-off of a random workload through the offload thread's step, ``meanwhile(log)``
+    run while the job runs; checks the result against the in-process cleaner's."""
+    cfg = compact(seed)
+    src = build_log(tmp_path / "src", seed)
     ref = copy_log_dir(src, tmp_path / "in-process")
     log = open_log(ref, cfg)
     end = clean_in_process(log, None, now_ms=NOW_MS)
-    append_late(log)
+    if meanwhile is not None:
+        meanwhile(log)
     log.close()
 
     log_dir = copy_log_dir(src, tmp_path / "sidecar")
     log = open_log(log_dir, cfg)
     logs = {TP: log}
     manager = CleanerManager([log_dir], lambda: logs, clock_ms=lambda: NOW_MS)
-    settings = CleanerConfig.from_props({"log.cleaner.offload.enable": True,
-                                         "log.cleaner.offload.dirty.bytes.threshold": 0,
-                                         "log.cleaner.offload.spark.master": "local[2]",
-                                         "log.cleaner.offload.timeout.ms": int(JOB_TIMEOUT_S * 1000)})
-    offloader = Offloader(settings, manager, lambda: logs, clock_ms=lambda: NOW_MS)
+    offloader = Offloader(CleanerConfig.from_props({
+        "log.cleaner.offload.enable": True, "log.cleaner.offload.dirty.bytes.threshold": 0,
+        "log.cleaner.offload.timeout.ms": int(JOB_TIMEOUT_S * 1000), **settings}),
+        manager, lambda: logs, clock_ms=lambda: NOW_MS)
     manager.offload_filter = offloader.wants
-    assert isinstance(offloader.runner, SubprocessRunner) and list(offloader.runner.command) == default_command()
     assert [c.log for c in offloader.candidates()] == [log]  # wanted: dirty bytes above the threshold 0
 
     started = threading.Event()
-    appended = threading.Event()
+    done_meanwhile = threading.Event()
 
-    def append_while_the_job_runs() -> None:
+    def act_while_the_job_runs() -> None:
         while not started.is_set():
             status = offloader.status().get(str(TP))
             if status and status["state"] == "running" and (Path(status["staging"]) / JOB_LOG).exists():
                 started.set()
-                append_late(log)
-                appended.set()
+                if meanwhile is not None:
+                    meanwhile(log)
+                done_meanwhile.set()
                 return
             started.wait(0.05)
 
-    appender = threading.Thread(target=append_while_the_job_runs)
-    appender.start()
+    actor = threading.Thread(target=act_while_the_job_runs)
+    actor.start()
     try:
-        ok = offloader.run_once()  # the offload thread's step: the largest wanted log
+        ok = offloader.run_once()
     finally:
         started.set()
-        appender.join()
+        actor.join()
     status = offloader.status()[str(TP)]
     assert ok, f"the hand-off failed: {status}"
-    assert appended.is_set(), "the job ended before the test could append while it ran"
+    assert done_meanwhile.is_set(), "the job ended before the test saw it run"
     assert status["state"] == "done" and status["failures"] == 0
-    assert status["job_args"][:1] == ["spark-compact"] and "local[2]" in status["job_args"]
     assert status["result"]["messages_read"] > status["result"]["messages_written"] > 0
     assert manager.all_cleaner_checkpoints() == {TP: end}
     assert manager.cleaning_state(TP) is None  # resumed
@@ -93,3 +103,21 @@ def test_hand_off_to_the_real_job_in_a_subprocess(tmp_path: Path) -> None:
     log.close()
     assert OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).read() == {TP: end}
     assert segment_files(log_dir / TP.dir_name) == segment_files(ref / TP.dir_name)
+    return offloader, status
+
+
+def test_hand_off_to_the_embedded_job(tmp_path: Path) -> None:
+    offloader, status = hand_off(tmp_path, 31, {"log.cleaner.offload.spark.master": "local[2]"}, append_late)
+    assert isinstance(offloader.runner, SubprocessRunner) and list(offloader.runner.command) == default_command()
+    args = status["job_args"]
+    assert args[0] == "spark-compact" and args[args.index("--master") + 1] == "local[2]"
+
+
+def test_hand_off_through_spark_submit(tmp_path: Path) -> None:
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    command = f"{spark_submit} --master local[2] {submit.__file__}"
+    offloader, status = hand_off(tmp_path, 32, {"log.cleaner.offload.command": command,
+                                                "log.cleaner.offload.spark.master": ""})
+    assert isinstance(offloader.runner, SubprocessRunner)
+    assert list(offloader.runner.command) == [str(spark_submit), "--master", "local[2]", submit.__file__]
+    assert status["job_args"][0] == "spark-compact" and "--master" not in status["job_args"]
