@@ -142,6 +142,13 @@ def make_workload(root: Path, n_segments: int, records_per_segment: int, n_keys:
     for _ in range(n_segments):
         (part / f"{offset:020d}.log").write_bytes(segment_bytes(offset, records_per_segment, n_keys, rng))
         offset += records_per_segment
+    return finish_log_dir(root, part)
+
+
+def finish_log_dir(root: Path, part: Path) -> int:
+    """Make ``root`` a log directory after a clean shutdown around the ``.log`` files written into
+    ``part`` (the partition bench-0): indexes recovered, an empty active segment rolled, the
+    checkpoints and the clean-shutdown marker written. Returns the partition's .log bytes."""
     config = LogConfig.from_props({"segment.bytes": 1 << 30})
     log = Log(part, config, had_clean_shutdown=False, recovery_point=0, clock_ms=lambda: TS)
     log.roll()

@@ -66,18 +66,15 @@ from bench_cleaner import (
     VALUE_BYTES,
     _fill,
     cpu_model,
+    finish_log_dir,
     make_workload,
     plain_read,
 )
 
-from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, close_logs, open_logs, split_overrides
+from logkeeper.cleaner.clean_command import close_logs, open_logs, split_overrides
 from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from logkeeper.log.log import Log
-from logkeeper.log.log_config import LogConfig
-from logkeeper.log.names import TopicPartition
 from logkeeper.spark.manifest import SEGMENTS_DIR, read_manifest
 from logkeeper.spark.rewrite import file_crc32c
 
@@ -120,16 +117,7 @@ def make_backlog(root: Path, n_keys: int, seed: int = 11) -> int:
     for first in range(0, keys.shape[0], RECORDS_PER_SEGMENT):
         chunk = keys[first:first + RECORDS_PER_SEGMENT]
         (part / f"{first:020d}.log").write_bytes(segment_from_keys(first, chunk, rng))
-    config = LogConfig.from_props({"segment.bytes": 1 << 30})
-    log = Log(part, config, had_clean_shutdown=False, recovery_point=0, clock_ms=lambda: TS)
-    log.roll()
-    log.flush()
-    tp = TopicPartition("bench", 0)
-    OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT).write({tp: log.recovery_point})
-    OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT).write({tp: log.log_start_offset})
-    log.close()
-    (root / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":0}')
-    return sum(p.stat().st_size for p in part.glob("*.log"))
+    return finish_log_dir(root, part)
 
 
 def log_bytes(root: Path) -> int:
