@@ -5,7 +5,8 @@
 #                               (a CompactionJob's Job; local[*] in the pod, or the driver of Spark on k8s)
 # Build: docker build -t logkeeper:0.1.0 .   (make kind-e2e does, then loads it into kind)
 # Runs as uid/gid 10001 with a read-only root filesystem: every writable path (/tmp, the numba
-# cache, Spark's scratch space) is under /tmp, which the pods mount as an emptyDir.
+# cache — used only where the compiled kernels cannot run —, Spark's scratch space) is under
+# /tmp, which the pods mount as an emptyDir.
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
@@ -13,7 +14,10 @@ RUN python -m venv /opt/logkeeper
 COPY pyproject.toml README.md constraints.txt ./
 COPY sidecar ./sidecar
 COPY operator ./operator
-RUN /opt/logkeeper/bin/pip install --no-cache-dir -c constraints.txt '.[operator,spark]'
+# gcc links the kernels compiled ahead of time (logkeeper.aot.build) into an extension module
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+RUN /opt/logkeeper/bin/pip install --no-cache-dir -c constraints.txt '.[operator,spark]' \
+ && /opt/logkeeper/bin/python -m logkeeper.aot.build
 
 FROM python:3.11-slim-bookworm
 # Spark's JVM (PySpark 4 runs on JDK 17); tini reaps Spark's and the cleaner's children.

@@ -7,15 +7,20 @@ STAMP := $(VENV)/.installed
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
-.PHONY: setup constraints demo test unit lint bench bench-kafka bench-spark kcat crash interop spark e2e kind-e2e crds chart clean
+.PHONY: setup kernels constraints demo test unit lint bench bench-kafka bench-spark kcat crash interop spark e2e kind-e2e crds chart clean
 
-setup: $(STAMP)
+setup: $(STAMP) kernels
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,operator]'
 	@touch $@
+
+# The kernels compiled ahead of time (sidecar/logkeeper/aot): a process then imports no numba.
+# Rebuilt (about 30-60 s) only when a kernel's source changed; otherwise a no-op.
+kernels: $(STAMP)
+	@$(PY) -m logkeeper.aot.build
 
 # Re-pin constraints.txt to what the venv holds now (after testing a refresh).
 constraints:

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from ..aot import kernel
 from ..log.log import Log
 from ..log.names import TopicPartition
 from ..records.scan_kernels import _varint, _varlong
@@ -60,7 +60,7 @@ class Backlog:
         return out
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], b[], i8, i8, u8, u8, u1[] -> none")
 def _sketch_kernel(buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, skip, start,  # type: ignore[no-untyped-def]
                    end, k0, k1, registers):
     shift = np.uint64(64 - HLL_BITS)

@@ -45,8 +45,8 @@ reported as in records/scan_kernels.py (error code, position, batch row, detail)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..aot import kernel
 from ..records.crc_kernels import crc32c_range
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
@@ -75,7 +75,8 @@ HEADER_SIZE = 61
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[][], u8, u8, "
+        "i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8 -> (i8, i8, i8, i8)")
 def decide_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
     log_append_time, horizon, mode, keep_base, keep,
@@ -189,7 +190,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
     return ERR_NONE, np.int64(0), np.int64(-1), np.int64(0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _put_be(out, p, v, nbytes):  # type: ignore[no-untyped-def]
     x = np.uint64(v)
     for i in range(nbytes):
@@ -197,7 +198,7 @@ def _put_be(out, p, v, nbytes):  # type: ignore[no-untyped-def]
         x >>= np.uint64(8)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _put_uvarint(out, p, z):  # type: ignore[no-untyped-def]
     while z >= np.uint64(0x80):
         out[p] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
@@ -207,7 +208,7 @@ def _put_uvarint(out, p, z):  # type: ignore[no-untyped-def]
     return p + 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _put_varint(out, p, v):  # type: ignore[no-untyped-def]
     """Kafka's writeVarint: zigzag over 32 bits, then LEB128."""
     v32 = np.int64(np.int32(v))
@@ -215,13 +216,13 @@ def _put_varint(out, p, v):  # type: ignore[no-untyped-def]
     return _put_uvarint(out, p, z)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _put_varlong(out, p, v):  # type: ignore[no-untyped-def]
     z = (np.uint64(v) << np.uint64(1)) ^ np.uint64(np.int64(v) >> 63)
     return _put_uvarint(out, p, z)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _uvarint_size(z):  # type: ignore[no-untyped-def]
     n = 1
     while z >= np.uint64(0x80):
@@ -230,7 +231,7 @@ def _uvarint_size(z):  # type: ignore[no-untyped-def]
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _write_header(  # type: ignore[no-untyped-def]
     out, p, base_offset, batch_length, leader_epoch, attributes, last_offset_delta, base_ts,
     max_ts, producer_id, producer_epoch, base_sequence, count,
@@ -250,7 +251,8 @@ def _write_header(  # type: ignore[no-untyped-def]
     _put_be(out, p + 57, count, 4)
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i4[], i8[], "
+        "i4[], i8[], i2[], i4[], i8[], i8[], i8[], i8[], i8[], i8[] -> i8")
 def assemble_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, out, action, position, size, area_start, record_count, base_offset,
     base_ts, max_ts, log_append_time, keep_base, keep,
@@ -316,7 +318,7 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
     return w
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8[], i8[], i8[] -> none")
 def fill_crcs(out, out_pos, out_size, rows):  # type: ignore[no-untyped-def]
     """Write the CRC-32C of each listed batch of ``out`` (needs the CPU's CRC instruction)."""
     for i in range(rows.shape[0]):

@@ -28,8 +28,8 @@ overlap (1M puts into a table larger than the cache: ~50 ms, against ~120 ms int
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..aot import kernel
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
     ERR_LENGTH_PAST_END,
@@ -53,7 +53,8 @@ MODE_ABORTED = 1
 MODE_CONTROL = 2
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i1[], i8, i8, i8[][], u8, u8, i8, i8, i8, b, "
+        "i8 -> (i8, i8, i8, i8, i8, i8, i8, i8)")
 def map_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, last_offset, mode,
     row0, start_offset, table, k0, k1, entries, max_entries, grow_at, can_grow, latest,

@@ -42,8 +42,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from ..aot import kernel
 from .siphash import key_hash, new_secret
 
 BYTES_PER_SLOT = 24
@@ -83,12 +83,12 @@ class OffsetMap(Protocol):
         """size / capacity_slots."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def home_slot(h1, slots):  # type: ignore[no-untyped-def]
     return np.int64(((np.uint64(h1) >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def map_get(table, h1, h2):  # type: ignore[no-untyped-def]
     """The offset stored under (h1, h2), or -1."""
     slots = table.shape[0]
@@ -105,7 +105,7 @@ def map_get(table, h1, h2):  # type: ignore[no-untyped-def]
     return np.int64(EMPTY)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
     """Store offset under (h1, h2); 1 when the key is new, 0 when it was updated, -1 if full."""
     slots = table.shape[0]
@@ -126,7 +126,7 @@ def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
     return -1
 
 
-@njit(cache=True, nogil=True)
+@kernel("i8[][], i8[][] -> none")
 def _rehash(old, new):  # type: ignore[no-untyped-def]
     new[:, 2] = EMPTY
     for i in range(old.shape[0]):
@@ -134,13 +134,13 @@ def _rehash(old, new):  # type: ignore[no-untyped-def]
             map_put(new, old[i, 0], old[i, 1], old[i, 2])
 
 
-@njit(cache=True, nogil=True)
+@kernel("i8[][], u1[], i8, i8, u8, u8, i8 -> i8")
 def _put_key(table, buf, pos, length, k0, k1, offset):  # type: ignore[no-untyped-def]
     h1, h2 = key_hash(buf, pos, length, k0, k1)
     return map_put(table, h1, h2, offset)
 
 
-@njit(cache=True, nogil=True)
+@kernel("i8[][], u1[], i8, i8, u8, u8 -> i8")
 def _get_key(table, buf, pos, length, k0, k1):  # type: ignore[no-untyped-def]
     h1, h2 = key_hash(buf, pos, length, k0, k1)
     return map_get(table, h1, h2)

@@ -32,7 +32,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from numba import njit
+
+from ..aot import kernel
 
 _C0 = np.uint64(0x736F6D6570736575)
 _C1 = np.uint64(0x646F72616E646F6D)
@@ -48,12 +49,12 @@ MAP_COMPRESSION_ROUNDS = 1
 MAP_FINAL_ROUNDS = 3
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _rotl(x, b):  # type: ignore[no-untyped-def]
     return (x << np.uint64(b)) | (x >> np.uint64(64 - b))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _rounds(v0, v1, v2, v3, n):  # type: ignore[no-untyped-def]
     for _ in range(n):
         v0 += v1
@@ -73,7 +74,7 @@ def _rounds(v0, v1, v2, v3, n):  # type: ignore[no-untyped-def]
     return v0, v1, v2, v3
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8, i8, u8, u8, i8, i8, b -> (u8, u8)")
 def siphash(buf, pos, length, k0, k1, c_rounds, d_rounds, wide):  # type: ignore[no-untyped-def]
     """SipHash-c-d of buf[pos:pos+length] under (k0, k1): (h1, h2) for ``wide``, else (h, 0)."""
     v0 = k0 ^ _C0
@@ -118,7 +119,7 @@ def siphash(buf, pos, length, k0, k1, c_rounds, d_rounds, wide):  # type: ignore
     return h1, v0 ^ v1 ^ v2 ^ v3
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def key_hash(buf, pos, length, k0, k1):  # type: ignore[no-untyped-def]
     """The map's key identity: SipHash-1-3, 128-bit output, as two int64 words."""
     h1, h2 = siphash(buf, pos, length, k0, k1, MAP_COMPRESSION_ROUNDS, MAP_FINAL_ROUNDS, True)

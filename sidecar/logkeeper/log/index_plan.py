@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from ..aot import kernel
 from ..records.batch import NO_TIMESTAMP
 
 I64 = npt.NDArray[np.int64]
 
 
-@njit(cache=True, nogil=True)
+@kernel("i8[], i8 -> (i8[], i8)")
 def _entry_rows(positions, interval):  # type: ignore[no-untyped-def]
     out = np.empty(positions.shape[0], np.int64)
     k = 0

@@ -16,66 +16,22 @@ with a 3-cycle latency, so three batches are checked at once as three independen
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import binding as llvm_binding
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from .. import aot
+from ..aot import kernel
+
+if aot.mode() == "jit":
+    from .crc_intrinsics import crc32_u8 as _crc32_u8
+    from .crc_intrinsics import crc32_u64 as _crc32_u64
+    from .crc_intrinsics import host_has_sse42
+    from .crc_intrinsics import load64 as _load64
+
+    HAVE_HW_CRC = host_has_sse42()
+else:
+    HAVE_HW_CRC = True  # the compiled module is x86-64-v2 code, checked to run on this CPU
 
 
-def _host_has_sse42() -> bool:
-    try:
-        features = llvm_binding.get_host_cpu_features()
-    except RuntimeError:
-        return False
-    return bool(features.get("sse4.2", False)) and llvm_binding.get_process_triple().startswith("x86_64")
-
-
-HAVE_HW_CRC = _host_has_sse42()
-
-
-@intrinsic
-def _crc32_u64(typingctx, crc, word):  # type: ignore[no-untyped-def]
-    sig = types.uint64(types.uint64, types.uint64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(64)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.64.64")
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@intrinsic
-def _crc32_u8(typingctx, crc, byte):  # type: ignore[no-untyped-def]
-    sig = types.uint32(types.uint32, types.uint8)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(8)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.32.8")
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@intrinsic
-def _load64(typingctx, arr, index):  # type: ignore[no-untyped-def]
-    """An unaligned little-endian 8-byte load at ``arr[index]`` (a uint8 array): one
-    instruction, where assembling the word from 8 byte loads is not folded by the compiler."""
-    sig = types.uint64(arr, index)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.gep(array.data, [args[1]])
-        word_ptr = builder.bitcast(ptr, ir.IntType(64).as_pointer())
-        load = builder.load(word_ptr)
-        load.align = 1
-        return load
-
-    return sig, codegen
-
-
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _update(crc, buf, p, end):  # type: ignore[no-untyped-def]
     """Raw CRC update (no inversion) over buf[p:end], one stream."""
     c = np.uint64(crc)
@@ -89,13 +45,13 @@ def _update(crc, buf, p, end):  # type: ignore[no-untyped-def]
     return c32
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8, i8 -> u8")
 def crc32c_range(buf, start, end):  # type: ignore[no-untyped-def]
     """CRC-32C of buf[start:end] (Kafka's: initial 0xFFFFFFFF, final inversion), one stream."""
     return _update(np.uint32(0xFFFFFFFF), buf, start, end) ^ np.uint32(0xFFFFFFFF)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def batch_crcs3(buf, p0, e0, p1, e1, p2, e2):  # type: ignore[no-untyped-def]
     """CRC-32C of three ranges at once: three independent chains interleaved word by word,
     which hides the instruction's latency without the shift-and-combine of one split range."""
@@ -113,7 +69,7 @@ def batch_crcs3(buf, p0, e0, p1, e1, p2, e2):  # type: ignore[no-untyped-def]
     return r0, r1, r2
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8[], i4[], u4[], i8, i8 -> i8")
 def first_bad_crc(buf, positions, sizes, crcs, lo, hi):  # type: ignore[no-untyped-def]
     """Row of the first batch in [lo, hi) whose stored CRC differs from its bytes', or -1.
 

@@ -1,7 +1,7 @@
 """Compiled walkers over v2 record batches: the batch scan, the CRC check and the record walk.
 
 Every fast path (recovery, verify, the cleaner, dump) starts here. The loops live in
-:mod:`logkeeper.records.scan_kernels` (numba ``@njit(cache=True, nogil=True)``); this module holds
+:mod:`logkeeper.records.scan_kernels` (compiled kernels, see :mod:`logkeeper.aot`); this module holds
 the typed wrappers, the column tables and the error mapping. No file I/O: ``buf`` is a 1-D uint8
 numpy array, possibly a view over an mmap; every position is absolute in ``buf``.
 
@@ -53,9 +53,9 @@ baseTimestamp + delta; for LogAppendTime batches (attribute 0x08) Kafka reports 
 instead, which the caller applies. Deliberately stricter than Kafka: a key/value/header-value
 length below -1 is an InvalidRecordError (Kafka reads any negative length as null).
 
-Compile cost (measured by bench/bench_walk.py on 2 cores, AMD EPYC, numba 0.68): the first
-scan+walk call in a fresh process takes ~0.15 s with a warm numba cache (``cache=True``; the
-readonly-buffer and writable-buffer variants are cached separately) and ~1.9 s cold.
+Compile cost: none with the kernels compiled ahead of time (``make setup``). Under numba's JIT
+(``LOGKEEPER_KERNELS=jit``; bench/bench_walk.py, 2 cores, numba 0.68) the first scan+walk call in
+a fresh process takes ~0.15 s with a warm numba cache and ~1.9 s cold.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""numba kernels behind :mod:`logkeeper.records.scan` (untyped; call them through scan.py).
+"""Kernels behind :mod:`logkeeper.records.scan` (untyped; call them through scan.py).
 
-Two compiled loops, both ``@njit(cache=True, nogil=True)`` so that cleaner threads can run them
-in parallel on different buffers:
+Compiled loops (:func:`logkeeper.aot.kernel`: ahead of time, or numba's JIT), all ``nogil`` so that
+cleaner threads can run them in parallel on different buffers:
 
 - :func:`scan_kernel` hops over v2 batch headers (a counting pass, then a filling pass into
   exactly sized columns), reading every big-endian field by hand.
@@ -17,7 +17,8 @@ high bits of the last byte overflow silently into the 32/64-bit value, as in Jav
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..aot import kernel
 
 # Batch header layout (KAFKA_FORMAT.md); all integers big-endian.
 HEADER_SIZE = 61
@@ -43,12 +44,12 @@ ERR_TOO_FEW_RECORDS = 6  # the area ends before record_count records; detail = r
 ERR_EXTRA_BYTES = 7  # bytes left in the area after record_count records; detail = bytes left
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _be16(buf, p):  # type: ignore[no-untyped-def]
     return np.int16((np.int32(buf[p]) << 8) | np.int32(buf[p + 1]))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _be32(buf, p):  # type: ignore[no-untyped-def]
     v = (
         (np.uint32(buf[p]) << np.uint32(24))
@@ -59,7 +60,7 @@ def _be32(buf, p):  # type: ignore[no-untyped-def]
     return np.int32(v)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _be64(buf, p):  # type: ignore[no-untyped-def]
     v = np.uint64(0)
     for k in range(8):
@@ -67,7 +68,7 @@ def _be64(buf, p):  # type: ignore[no-untyped-def]
     return np.int64(v)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _varint(buf, p, limit):  # type: ignore[no-untyped-def]
     """(value, next position, error code) of the zigzag varint at ``p``; bytes must stay < limit."""
     if p < limit:  # fast path: most lengths, deltas and counts fit one byte
@@ -91,7 +92,7 @@ def _varint(buf, p, limit):  # type: ignore[no-untyped-def]
     return (raw >> 1) ^ -(raw & 1), p, ERR_NONE
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _varlong(buf, p, limit):  # type: ignore[no-untyped-def]
     """(value, next position, error code) of the zigzag varlong at ``p``."""
     if p < limit:
@@ -115,7 +116,8 @@ def _varlong(buf, p, limit):  # type: ignore[no-untyped-def]
     return np.int64(z), p, ERR_NONE
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8, i8, i8 -> (i8[], i4[], i8[], i4[], i1[], u4[], i2[], i4[], i8[], i8[], i8[], i2[], i4[], "
+        "i4[], i8, i8)")
 def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
     """Batch header columns for the complete v2 batches in buf[start:end] + (stop, reason)."""
     # Pass 1: hop over the batches, counting them and finding where and why the scan stops.
@@ -188,7 +190,7 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
     )
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def parse_record(buf, p, e):  # type: ignore[no-untyped-def]
     """Parse the record at ``p`` inside the area ending at ``e``.
 
@@ -271,7 +273,7 @@ def parse_record(buf, p, e):  # type: ignore[no-untyped-def]
     return ERR_NONE, z, z, rec_end, ts_delta, off_delta, kp, kl, vp, vl, hp, hc
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _uvarint_fast(buf, p, max_bytes):  # type: ignore[no-untyped-def]
     """Zigzag varint at ``p`` with no bounds check (the caller keeps ``p + max_bytes`` inside
     ``buf``); returns (value, next position), next position -1 when longer than ``max_bytes``."""
@@ -294,7 +296,7 @@ def _uvarint_fast(buf, p, max_bytes):  # type: ignore[no-untyped-def]
     return np.int64(0), np.int64(-1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def parse_record_fast(buf, p, e):  # type: ignore[no-untyped-def]
     """``parse_record`` for a well-formed record well inside ``buf``: fewer branches, no bounds
     check per byte. Any anomaly defers to the checked ``parse_record`` (same results, same
@@ -351,7 +353,8 @@ def parse_record_fast(buf, p, e):  # type: ignore[no-untyped-def]
     return ERR_NONE, z, z, rec_end, ts_delta, off_delta, kp, kl, vp, vl, hp, hc
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8[], i8[], i4[], i8[], i8[], i4[], i8[], i8[], i8[], i4[], i8[], i4[], i8[], i4[], i8[], "
+        "i4[] -> (i8, i8, i8, i8, i8)")
 def walk_kernel(  # type: ignore[no-untyped-def]
     buf, area_start, area_end, record_count, base_offset, base_timestamp,
     batch, offset, timestamp, key_pos, key_len, value_pos, value_len, headers_pos, header_count,
@@ -407,7 +410,7 @@ ERR_TIMESTAMP = 21  # a CreateTime timestamp outside [ts_low, ts_high]; detail =
 ERR_NULL_KEY = 22  # a record without a key in a compacted topic
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], i8, i8, i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8)")
 def check_kernel(buf, p, e, n, base_timestamp, check_offsets, check_ts, ts_low, ts_high,  # type: ignore[no-untyped-def]
                  need_keys):
     """Walk one record area without writing columns, checking an append's rules.

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from ..aot import kernel
 from ..cleaner.segment_view import SegmentView, record_areas
 from ..log.segment import LogSegment
 from ..records.scan import walk_error
@@ -57,7 +57,7 @@ class KeyColumns(NamedTuple):
         return bytes(self.data[int(self.starts[i]):int(self.starts[i + 1])])
 
 
-@njit(cache=True, nogil=True)
+@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], b[], i8, i8, u1[], i4[], i8[] -> (i8, i8, i8, i8, i8, i8)")
 def extract_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, skip, lo, hi,
     key_data, key_starts, offsets,

@@ -1,0 +1,184 @@
+"""Compiled kernels without numba at run time: one source, compiled ahead of time or just in time.
+
+Why: the kernels (record walks, CRC, the cleaner's map and filter) are numba functions. Importing
+numba and loading its cached machine code costs 0.6-0.8 s in every fresh process — more than a
+``logkeeper clean`` of a 118 MB log takes. So ``make setup`` (and the image build) compiles every
+kernel that Python calls into one extension module, ``logkeeper/aot/_kernels*.so``
+(``python -m logkeeper.aot.build``, numba's ahead-of-time compiler, for x86-64-v2 so that an
+image runs on any x86-64 CPU with SSE4.2), and a process that finds it current never imports
+numba.
+
+Kernel modules mark their functions with :func:`kernel` instead of ``numba.njit``:
+
+- ``@kernel("u1[], i8, i8 -> u8")``: an entry point called from Python, with its one signature
+  (see :mod:`.signatures`). Ahead of time, the name is bound to the compiled function behind a
+  guard that checks every array argument's dtype, dimensions and C-contiguity — the compiled
+  code trusts its arguments as they are (a wrong dtype would read the wrong bytes, not raise);
+- ``@kernel()`` / ``@kernel(inline=True)``: a helper only ever called from other kernels.
+
+Which mode a process runs in (:func:`mode`): ``LOGKEEPER_KERNELS=jit`` forces numba's JIT (with
+its on-disk cache); ``aot`` requires the compiled module and fails naming why it cannot be used;
+unset, the compiled module is used when it exists, runs on this CPU and was built from the
+kernel sources as they are now (a hash of them is compiled into it), and numba's JIT otherwise,
+with one warning naming the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .signatures import Signature, parse
+
+log = logging.getLogger(__name__)
+
+# Every module holding a kernel with a signature: the build imports them, the hash covers them.
+KERNEL_MODULES = (
+    "logkeeper.records.crc_kernels",
+    "logkeeper.records.scan_kernels",
+    "logkeeper.cleaner.siphash",
+    "logkeeper.cleaner.offset_map",
+    "logkeeper.cleaner.map_kernel",
+    "logkeeper.cleaner.filter_kernels",
+    "logkeeper.cleaner.backlog",
+    "logkeeper.log.index_plan",
+    "logkeeper.spark.extract",
+)
+COMPILED_MODULE = "logkeeper.aot._kernels"
+ENV = "LOGKEEPER_KERNELS"
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../logkeeper
+
+# (module, name, signature, dispatcher) of every kernel with a signature, filled in JIT mode
+# (the build reads it).
+REGISTRY: list[tuple[str, str, Signature, Any]] = []
+
+_mode: str | None = None
+_compiled: Any = None
+
+
+def export_name(module: str, name: str) -> str:
+    """The compiled module's name for ``module.name``: logkeeper.records.scan_kernels.walk_kernel
+    -> records_scan_kernels__walk_kernel."""
+    return module.removeprefix("logkeeper.").replace(".", "_") + "__" + name
+
+
+def source_stamp() -> int:
+    """A 60-bit hash of the kernel modules' and this package's sources, as they are now."""
+    digest = hashlib.sha256()
+    files = [_PACKAGE_ROOT / (m.removeprefix("logkeeper.").replace(".", "/") + ".py") for m in KERNEL_MODULES]
+    files += sorted(Path(__file__).parent.glob("*.py"))
+    for f in files:
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return int.from_bytes(digest.digest()[:8], "little") >> 4
+
+
+def _cpu_problem() -> str | None:
+    """Why the compiled module (x86-64-v2 code) cannot run here, or None."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"it holds x86-64 code and this machine is {platform.machine()}"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None  # not Linux: trust the machine name
+    if flags is not None and not {"sse4_2", "popcnt", "ssse3"} <= set(flags):
+        return "this CPU lacks SSE4.2, POPCNT or SSSE3 (x86-64-v2)"
+    return None
+
+
+def _load_compiled() -> tuple[Any, str | None]:
+    try:
+        compiled = importlib.import_module(COMPILED_MODULE)
+    except ImportError as e:
+        return None, f"{COMPILED_MODULE} is not built ({e}); build it with `python -m logkeeper.aot.build`"
+    problem = _cpu_problem()
+    if problem:
+        return None, f"{compiled.__file__} cannot run here: {problem}"
+    if int(compiled.stamp()) != source_stamp():
+        return None, (f"{compiled.__file__} was built from other kernel sources than these; rebuild it with "
+                      "`python -m logkeeper.aot.build` (make setup does)")
+    return compiled, None
+
+
+def mode() -> str:
+    """``"aot"`` or ``"jit"`` for this process (decided once)."""
+    global _mode, _compiled
+    if _mode is None:
+        wanted = os.environ.get(ENV, "auto")
+        if wanted not in ("auto", "aot", "jit"):
+            raise ValueError(f"{ENV}={wanted!r}: expected aot, jit or nothing")
+        if wanted == "jit":
+            _mode = "jit"
+        else:
+            _compiled, problem = _load_compiled()
+            if problem is None:
+                _mode = "aot"
+            elif wanted == "aot":
+                raise RuntimeError(f"{ENV}=aot but the compiled kernels cannot be used: {problem}")
+            else:
+                log.warning("compiled kernels not used, numba compiles them instead: %s", problem)
+                _mode = "jit"
+    return _mode
+
+
+def kernel(signature: str | None = None, *, inline: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """Mark a kernel (see the module docstring)."""
+    sig = parse(signature) if signature is not None else None
+
+    def mark(fn: Callable[..., Any]) -> Any:
+        if mode() == "jit":
+            from numba import njit  # only here: importing numba is what the compiled module saves
+
+            dispatcher = njit(cache=True, nogil=True, inline="always" if inline else "never")(fn)
+            if sig is not None:
+                REGISTRY.append((fn.__module__, fn.__name__, sig, dispatcher))
+            return dispatcher
+        if sig is None:
+            return _helper_only(fn)
+        name = export_name(fn.__module__, fn.__name__)
+        compiled = getattr(_compiled, name, None)
+        if compiled is None:
+            raise RuntimeError(f"kernel {fn.__module__}.{fn.__name__} is not in {_compiled.__file__}: "
+                               f"is {fn.__module__} in logkeeper.aot.KERNEL_MODULES?")
+        return _guarded(compiled, f"{fn.__module__}.{fn.__name__}", sig)
+
+    return mark
+
+
+def _helper_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{fn.__module__}.{fn.__name__} is a helper compiled into other kernels; with "
+                           f"the ahead-of-time kernels it cannot be called from Python (set {ENV}=jit)")
+    unavailable.__name__ = fn.__name__
+    unavailable.__doc__ = fn.__doc__
+    return unavailable
+
+
+def _guarded(compiled: Callable[..., Any], qualname: str, sig: Signature) -> Callable[..., Any]:
+    arrays = tuple((i, np.dtype(a.dtype), a.ndim) for i, a in enumerate(sig.args) if a.ndim)
+    nargs = len(sig.args)
+
+    def call(*args: Any) -> Any:
+        if len(args) != nargs:
+            raise TypeError(f"{qualname} takes {nargs} arguments, got {len(args)}")
+        for i, dtype, ndim in arrays:
+            a = args[i]
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim or not a.flags.c_contiguous:
+                got = (f"a {'C-contiguous' if a.flags.c_contiguous else 'strided'} {a.ndim}-D {a.dtype} array"
+                       if isinstance(a, np.ndarray) else type(a).__name__)
+                raise TypeError(f"{qualname}: argument {i} must be a C-contiguous {ndim}-D {dtype} array, "
+                                f"got {got}")
+        return compiled(*args)
+
+    call.__name__ = qualname.rsplit(".", 1)[1]
+    call.__qualname__ = qualname
+    return call

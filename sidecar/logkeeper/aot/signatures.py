@@ -1,0 +1,65 @@
+"""The kernels' signature notation, read without numba (guards) and with it (the build).
+
+``"u1[], i8[], i8[][], i8, b -> (i8, i8)"``: arguments, then the result. A scalar is ``i1 i2 i4 i8
+u1 u4 u8 b`` (int8 ... uint64, bool); ``X[]`` a 1-D and ``X[][]`` a 2-D C-contiguous array of X;
+the result is one of those, ``none``, or a tuple of them in parentheses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+SCALARS = {"i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8", "u4": "uint32",
+           "u8": "uint64", "b": "bool"}
+
+
+class Type(NamedTuple):
+    dtype: str  # numpy's name
+    ndim: int  # 0 for a scalar
+
+
+class Signature(NamedTuple):
+    args: tuple[Type, ...]
+    result: tuple[Type, ...] | Type | None  # a tuple's items, one type, or none
+
+
+def _type(token: str, text: str) -> Type:
+    token = token.strip()
+    base, bracket, dims = token.partition("[")
+    ndim = (bracket + dims).count("[]")
+    if base not in SCALARS or len(bracket + dims) != 2 * ndim or ndim > 2:
+        raise ValueError(f"kernel signature {text!r}: cannot read type {token!r}")
+    return Type(SCALARS[base], ndim)
+
+
+def parse(text: str) -> Signature:
+    args_text, arrow, result_text = text.partition("->")
+    if not arrow:
+        raise ValueError(f"kernel signature {text!r}: no '->' before the result")
+    args = tuple(_type(t, text) for t in args_text.split(",")) if args_text.strip() else ()
+    result_text = result_text.strip()
+    result: tuple[Type, ...] | Type | None
+    if result_text == "none":
+        result = None
+    elif result_text.startswith("(") and result_text.endswith(")"):
+        result = tuple(_type(t, text) for t in result_text[1:-1].split(","))
+    else:
+        result = _type(result_text, text)
+    return Signature(args, result)
+
+
+def numba_signature(sig: Signature) -> Any:
+    """The numba signature object (the build only: imports numba)."""
+    from numba import types
+
+    def nb(t: Type) -> Any:
+        scalar = types.boolean if t.dtype == "bool" else getattr(types, t.dtype)
+        return types.Array(scalar, t.ndim, "C") if t.ndim else scalar
+
+    if sig.result is None:
+        result = types.none
+    elif isinstance(sig.result, Type):
+        result = nb(sig.result)
+    else:
+        result = types.Tuple([nb(t) for t in sig.result])
+    return result(*[nb(t) for t in sig.args])

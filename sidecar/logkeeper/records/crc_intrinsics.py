@@ -1,0 +1,63 @@
+"""The SSE4.2 CRC-32C instruction and an unaligned 8-byte load as numba intrinsics.
+
+Imported by :mod:`.crc_kernels` only when numba compiles the kernels (``logkeeper.aot`` in JIT
+mode, and the ahead-of-time build): a process running the compiled module never loads numba
+or llvmlite.
+"""
+
+from __future__ import annotations
+
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def host_has_sse42() -> bool:
+    try:
+        features = llvm_binding.get_host_cpu_features()
+    except RuntimeError:
+        return False
+    return bool(features.get("sse4.2", False)) and llvm_binding.get_process_triple().startswith("x86_64")
+
+
+@intrinsic
+def crc32_u64(typingctx, crc, word):  # type: ignore[no-untyped-def]
+    sig = types.uint64(types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(64)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.64.64")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def crc32_u8(typingctx, crc, byte):  # type: ignore[no-untyped-def]
+    sig = types.uint32(types.uint32, types.uint8)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(8)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.32.8")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def load64(typingctx, arr, index):  # type: ignore[no-untyped-def]
+    """An unaligned little-endian 8-byte load at ``arr[index]`` (a uint8 array): one
+    instruction, where assembling the word from 8 byte loads is not folded by the compiler."""
+    sig = types.uint64(arr, index)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(array.data, [args[1]])
+        word_ptr = builder.bitcast(ptr, ir.IntType(64).as_pointer())
+        load = builder.load(word_ptr)
+        load.align = 1
+        return load
+
+    return sig, codegen

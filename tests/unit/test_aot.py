@@ -1,0 +1,144 @@
+"""The ahead-of-time compiled kernels (logkeeper.aot): used without numba, guarded, current, and
+giving byte for byte what numba's JIT gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logkeeper import aot
+from logkeeper.aot.signatures import Signature, Type, parse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_python(code: str, mode: str | None, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != aot.ENV}
+    if mode is not None:
+        env[aot.ENV] = mode
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=600)
+
+
+def test_signature_notation() -> None:
+    sig = parse("u1[], i8[][], i8, b -> (i8[], u8)")
+    assert sig == Signature((Type("uint8", 1), Type("int64", 2), Type("int64", 0), Type("bool", 0)),
+                            (Type("int64", 1), Type("uint64", 0)))
+    assert parse("i8[], i8 -> none").result is None
+    assert parse(" -> i4").args == ()
+    for bad in ("u1[] i8 -> i8", "f8 -> i8", "i8[[]] -> i8", "i8[][][] -> i8", "i8"):
+        with pytest.raises(ValueError, match="kernel signature"):
+            parse(bad)
+
+
+def test_the_guard_checks_every_array_argument() -> None:
+    calls: list[tuple[object, ...]] = []
+    guarded = aot._guarded(lambda *a: calls.append(a) or 7, "logkeeper.x.k", parse("u1[], i8[][], i8 -> i8"))
+    good = (np.zeros(4, np.uint8), np.zeros((2, 3), np.int64), 5)
+    assert guarded(*good) == 7 and calls == [good]
+    with pytest.raises(TypeError, match=r"logkeeper.x.k: argument 0 must be a C-contiguous 1-D uint8 array, got bytes"):
+        guarded(b"abcd", good[1], 5)
+    with pytest.raises(TypeError, match=r"argument 0 must be .* uint8 array, got a C-contiguous 1-D int8 array"):
+        guarded(np.zeros(4, np.int8), good[1], 5)
+    with pytest.raises(TypeError, match=r"argument 0 .* got a strided 1-D uint8 array"):
+        guarded(np.zeros(8, np.uint8)[::2], good[1], 5)
+    with pytest.raises(TypeError, match="argument 1 must be a C-contiguous 2-D int64 array"):
+        guarded(good[0], np.zeros(6, np.int64), 5)
+    with pytest.raises(TypeError, match="takes 3 arguments, got 2"):
+        guarded(good[0], good[1])
+    assert len(calls) == 1
+
+
+def test_the_compiled_module_is_built_current_and_used_without_numba(tmp_path: Path) -> None:
+    """make setup builds it; a fresh process that cleans a log loads neither numba nor llvmlite."""
+    code = ("import sys, logkeeper.cleaner.clean_command, logkeeper.records.scan\n"
+            "from logkeeper import aot\n"
+            "print(aot.mode(), 'numba' in sys.modules, 'llvmlite' in sys.modules)")
+    done = run_python(code, None, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["aot", "False", "False"], done.stderr
+
+
+def test_a_stale_module_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled, problem = aot._load_compiled()
+    assert problem is None and compiled is not None
+    monkeypatch.setattr(aot, "source_stamp", lambda: int(compiled.stamp()) ^ 1)
+    compiled, problem = aot._load_compiled()
+    assert compiled is None and problem is not None and "other kernel sources" in problem
+
+
+def test_forcing_aot_without_a_current_module_fails_naming_why(tmp_path: Path) -> None:
+    code = ("from logkeeper import aot\n"
+            "aot.source_stamp = lambda: -1\n"
+            "aot.mode()")
+    done = run_python(code, "aot", tmp_path)
+    assert done.returncode != 0
+    assert "LOGKEEPER_KERNELS=aot but the compiled kernels cannot be used" in done.stderr
+    assert "other kernel sources" in done.stderr
+
+
+def test_a_helper_called_from_python_says_it_is_compiled_only(tmp_path: Path) -> None:
+    code = ("import numpy as np\n"
+            "from logkeeper.cleaner.siphash import key_hash\n"
+            "key_hash(np.zeros(1, np.uint8), 0, 1, np.uint64(1), np.uint64(2))")
+    done = run_python(code, "aot", tmp_path)
+    assert done.returncode != 0
+    assert "logkeeper.cleaner.siphash.key_hash is a helper compiled into other kernels" in done.stderr
+
+
+# Every kernel on one random workload (appends with every codec and transactions, a cleaning
+# round, a recovery that rebuilds the indexes, the backlog sketch, the Spark job's key extraction,
+# the record walk):
+# the files and figures of the compiled kernels equal those of numba's JIT.
+WORKLOAD = """
+import hashlib, json, sys
+from pathlib import Path
+from logkeeper import aot
+import numpy as np
+from logkeeper.cleaner import backlog as backlog_module
+from logkeeper.cleaner.backlog import estimate_backlog
+from logkeeper.cleaner.testing import read_log
+from logkeeper.log.log import Log
+from tests.spark_helpers import TP, build_log, clean_in_process, config, dict_decisions, plan_of, segment_files
+
+root = Path(sys.argv[1])
+backlog_module.new_secret = lambda: (np.uint64(1), np.uint64(2))  # the sketch's estimate depends on its key
+cfg = config(SEED)
+log_dir = build_log(root, SEED, 300)
+plan = plan_of(log_dir, cfg)
+decisions = dict_decisions(plan)
+log = Log(log_dir / TP.dir_name, cfg, clock_ms=lambda: 1)
+end = clean_in_process(log, None)
+backlog = estimate_backlog(log, first_dirty=0, first_uncleanable=log.log_end_offset, end_offset=1, map_keys=10,
+                           map_max_entries=10, clean_bytes=0, dirty_bytes=1 << 20, now_ms=1)
+log.close()
+for p in (log_dir / TP.dir_name).glob("*index"):
+    p.unlink()
+log = Log(log_dir / TP.dir_name, cfg, had_clean_shutdown=False, recovery_point=0, clock_ms=lambda: 1)
+records = hashlib.sha256(repr(read_log(log)).encode()).hexdigest()  # the record walk
+log.close()
+files = {n: hashlib.sha256(b).hexdigest() for n, b in segment_files(log_dir / TP.dir_name).items()}
+print(json.dumps({"mode": aot.mode(), "end": end, "files": files, "decisions": repr(decisions), "records": records,
+                  "backlog": backlog.estimated_keys if backlog else None}))
+"""
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_compiled_and_jit_kernels_give_the_same_bytes(tmp_path: Path, seed: int) -> None:
+    results = {}
+    for mode in ("aot", "jit"):
+        (tmp_path / mode).mkdir()
+        done = run_python(WORKLOAD.replace("SEED", str(seed)).replace("sys.argv[1]", repr(str(tmp_path / mode))),
+                          mode, tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["aot"]["mode"] == "aot" and results["jit"]["mode"] == "jit"
+    assert len(results["aot"]["files"]) >= 6  # several segments with their indexes
+    assert results["aot"] == {**results["jit"], "mode": "aot"}
