@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
-.PHONY: setup kernels constraints demo test unit lint bench bench-kafka bench-spark kcat crash interop spark e2e kind-e2e crds chart clean
+.PHONY: setup compile constraints demo test unit lint bench bench-kafka bench-spark kcat crash interop spark e2e kind-e2e crds chart clean
 
-setup: $(STAMP) kernels
+setup: $(STAMP) compile
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,operator]'
 	@touch $@
 
-# The kernels compiled ahead of time (sidecar/logkeeper/aot): a process then imports no numba.
-# Rebuilt (about 30-60 s) only when a kernel's source changed; otherwise a no-op.
-kernels: $(STAMP)
+# The kernels compiled ahead of time (sidecar/logkeeper/aot: a process then imports no numba;
+# rebuilt, 30-60 s, only when a kernel's source changed) and the modules' bytecode (an editable
+# install has none, and PYTHONDONTWRITEBYTECODE=1 would have every process compile every module).
+compile: $(STAMP)
 	@$(PY) -m logkeeper.aot.build
+	@$(PY) -m compileall -q sidecar operator >/dev/null
 
 # Re-pin constraints.txt to what the venv holds now (after testing a refresh).
 constraints:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logkeeper.cleaner.offload import STAGING_DIR_NAME
+from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.testing import read_log
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log

@@ -12,6 +12,7 @@ import pytest
 
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
+from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.states import Paused
 from logkeeper.cleaner.testing import append_kvs, batch_records, ensure_valid_segments, keys_in_log
 from logkeeper.log.log import Log
@@ -89,6 +90,21 @@ def test_disabled_cleaner_starts_no_thread(tmp_path: Path) -> None:
     cleaner.startup()
     assert cleaner.threads == []
     assert cleaner.metrics().dead_thread_count == 0
+
+
+def test_without_the_offload_old_staging_directories_are_still_removed(tmp_path: Path) -> None:
+    """The offload's modules are not loaded when it is off; what an earlier process with the
+    offload on left in the staging directory is removed at start all the same."""
+    left = tmp_path / STAGING_DIR_NAME / "t-0" / "attempt-1"
+    left.mkdir(parents=True)
+    cleaner = LogCleaner(cleaner_config(**{"log.cleaner.threads": 1}), [tmp_path], dict)
+    assert cleaner.offloader is None
+    cleaner.startup()
+    try:
+        assert not (tmp_path / STAGING_DIR_NAME).exists()
+        assert cleaner.offload_status() == {} and cleaner.metrics().offloads == {}
+    finally:
+        cleaner.shutdown()
 
 
 def test_uncleanable_partition_is_retried_after_backoff(tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ from typing import Any
 
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.manager import CleanerManager
-from logkeeper.cleaner.offload import STAGING_DIR_NAME, Offloader
+from logkeeper.cleaner.offload import Offloader
 from logkeeper.cleaner.offload_job import JOB_LOG, SubprocessRunner, default_command
+from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.testing import append_kvs
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log

@@ -20,9 +20,10 @@ import pytest
 from logkeeper.cleaner.backlog import Backlog
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.manager import CleanerManager
-from logkeeper.cleaner.offload import CRASH_ENV, STAGING_DIR_NAME, Offloader, env_crash_hook
+from logkeeper.cleaner.offload import CRASH_ENV, Offloader, env_crash_hook
 from logkeeper.cleaner.offload_job import JobRequest, OffloadError, SubprocessRunner, command_from_setting
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
+from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.states import Paused
 from logkeeper.cleaner.testing import append_kvs, read_log
 from logkeeper.cli import build_parser

@@ -25,11 +25,10 @@ with one warning naming the reason.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import os
-import platform
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,20 +70,19 @@ def export_name(module: str, name: str) -> str:
 
 
 def source_stamp() -> int:
-    """A 60-bit hash of the kernel modules' and this package's sources, as they are now."""
-    digest = hashlib.sha256()
+    """A 60-bit checksum of the kernel modules' and this package's sources, as they are now (two
+    zlib checksums, not hashlib: its import costs more than the check; nothing adversarial here)."""
     files = [_PACKAGE_ROOT / (m.removeprefix("logkeeper.").replace(".", "/") + ".py") for m in KERNEL_MODULES]
     files += sorted(Path(__file__).parent.glob("*.py"))
-    for f in files:
-        digest.update(f.name.encode())
-        digest.update(f.read_bytes())
-    return int.from_bytes(digest.digest()[:8], "little") >> 4
+    data = b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files)
+    return (zlib.crc32(data) << 28) ^ zlib.adler32(data)
 
 
 def _cpu_problem() -> str | None:
     """Why the compiled module (x86-64-v2 code) cannot run here, or None."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return f"it holds x86-64 code and this machine is {platform.machine()}"
+    machine = os.uname().machine
+    if machine not in ("x86_64", "AMD64"):
+        return f"it holds x86-64 code and this machine is {machine}"
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)

@@ -37,11 +37,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-import crc32c
 import numpy as np
 
 from ..log.log import Log
 from ..log.segment import AppendedBatch, LogSegment
+from ..records.batch import crc32c
 from ..records.compression import Codec, compress
 from ..records.crc_kernels import HAVE_HW_CRC
 from ..records.scan import BatchTable, walk_error
@@ -239,7 +239,7 @@ class SegmentFilter:
         else:
             for r in plain.tolist():
                 p, s = int(out_pos[r]), int(out_size[r])
-                _BEU32.pack_into(view, p + 17, crc32c.crc32c(view[p + 21:p + s]))
+                _BEU32.pack_into(view, p + 17, crc32c(view[p + 21:p + s]))
         compressed = np.flatnonzero(rebuilt_compressed).tolist()
         if not compressed:
             return view
@@ -251,7 +251,7 @@ class SegmentFilter:
             body = compress(Codec(int(codecs[r])), view[p + fk.HEADER_SIZE:p + s])
             header = bytearray(view[p:p + fk.HEADER_SIZE])
             _BE32.pack_into(header, 8, fk.HEADER_SIZE - 12 + len(body))
-            _BEU32.pack_into(header, 17, crc32c.crc32c(bytes(header[21:]) + body))
+            _BEU32.pack_into(header, 17, crc32c(bytes(header[21:]) + body))
             parts += [bytes(header), body]
             out_size[r] = fk.HEADER_SIZE + len(body)
             cursor = p + s

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..log.cleaner_hooks import CleanerHooks
 from ..log.names import TopicPartition
@@ -41,11 +42,14 @@ from .cleaner import Cleaner
 from .config import CleanerConfig
 from .manager import CleanerManager, LogsProvider
 from .metrics import CleanerMetrics
-from .offload import Offloader
 from .offset_map import SipHashOffsetMap
+from .staging import remove_leftovers
 from .states import state_name
 from .stats import MonotonicMs, monotonic_ms
 from .throttler import Throttler
+
+if TYPE_CHECKING:
+    from .offload import Offloader
 from .worker import (
     CleanerThread,
     CleanerWorker,
@@ -82,10 +86,18 @@ class LogCleaner:
                                       retry_max_ms=config.log_cleaner_uncleanable_retry_max_ms)
         self.throttler = Throttler(config.log_cleaner_io_max_bytes_per_second)
         self.threads: list[CleanerThread] = []
-        self.offloader = Offloader(config, self.manager, logs_provider, clock_ms=clock_ms,
-                                   log_dir_failure=log_dir_failure)
-        if self.offloader.enabled:
+        # the hand-off's modules (and the Spark job's) are imported only when it is on
+        self.offloader: Offloader | None = None
+        if config.log_cleaner_offload_enable:
+            from .offload import Offloader
+
+            self.offloader = Offloader(config, self.manager, logs_provider, clock_ms=clock_ms,
+                                       log_dir_failure=log_dir_failure)
             self.manager.offload_filter = self.offloader.wants
+
+    def offload_status(self) -> dict[str, dict[str, Any]]:
+        """The offload's state per partition handed off (empty when the offload is off)."""
+        return self.offloader.status() if self.offloader is not None else {}
 
     # ------------------------------------------------------------------ workers
     def new_worker(self, cleaner_id: int, check_running: Callable[[], None] | None = None) -> CleanerWorker:
@@ -112,7 +124,10 @@ class LogCleaner:
     def startup(self) -> None:
         if not self.config.log_cleaner_enable:
             return
-        self.offloader.startup(self.config.log_cleaner_backoff_ms)
+        if self.offloader is not None:
+            self.offloader.startup(self.config.log_cleaner_backoff_ms)
+        else:
+            remove_leftovers(self.config.log_cleaner_offload_staging_dir, self.manager.log_dirs)
         for i in range(self.config.num_threads):
             running = threading.Event()
             running.set()
@@ -122,7 +137,8 @@ class LogCleaner:
             thread.start()
 
     def shutdown(self, timeout_s: float | None = 60.0) -> None:
-        self.offloader.shutdown(timeout_s)
+        if self.offloader is not None:
+            self.offloader.shutdown(timeout_s)
         for thread in self.threads:
             thread.shutdown(timeout_s)
         self.threads.clear()
@@ -209,5 +225,5 @@ class LogCleaner:
             backlogs={str(tp): b.to_dict() for tp, b in self.manager.backlogs().items()},
             states={str(tp): state_name(st) for tp, st in self.manager.cleaning_states().items()},
             rounds=sum(w.rounds for w in ws),
-            offloads=self.offloader.status(),
+            offloads=self.offload_status(),
         )

@@ -55,7 +55,6 @@ finished times, reason, consecutive failures, next retry, and the last result's 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -77,11 +76,11 @@ from .config import CleanerConfig
 from .manager import CleanerManager, LogsProvider
 from .offload_job import JobRequest, JobRunner, OffloadError, runner_from_config
 from .selection import LogToClean, cleanable_offsets, max_compaction_delay
+from .staging import remove_leftovers, staging_root
 from .states import Paused
 
 _LOG = logging.getLogger("logkeeper.cleaner.offload")
 
-STAGING_DIR_NAME = ".logkeeper-staging"
 PAUSE_TIMEOUT_S = 60.0
 CRASH_ENV = "LOGKEEPER_OFFLOAD_CRASH_AT"
 
@@ -149,20 +148,10 @@ class Offloader:
 
     # ------------------------------------------------------------------ staging
     def staging_root(self, log_dir: Path) -> Path:
-        """``<log dir>/.logkeeper-staging``, or ``<staging.dir>/<log dir name>-<hash of its path>``."""
-        configured = self.config.log_cleaner_offload_staging_dir
-        if not configured:
-            return log_dir / STAGING_DIR_NAME
-        digest = hashlib.sha256(str(log_dir.resolve()).encode()).hexdigest()[:12]
-        return Path(configured) / f"{log_dir.name}-{digest}"
+        return staging_root(self.config.log_cleaner_offload_staging_dir, log_dir)
 
     def remove_leftovers(self) -> None:
-        """At start: no attempt of an earlier process is ever used."""
-        for log_dir in self.manager.log_dirs:
-            root = self.staging_root(log_dir)
-            if root.exists():
-                _LOG.info("removing the staging directory %s left by an earlier process", root)
-                shutil.rmtree(root, ignore_errors=True)
+        remove_leftovers(self.config.log_cleaner_offload_staging_dir, self.manager.log_dirs)
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, dict[str, Any]]:

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptRecordError, CrcMismatchError
 from ..log.segment import LogSegment
 from ..records import crc_kernels as _crc
+from ..records.batch import crc32c
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, scan_batches
 
@@ -105,7 +105,7 @@ class SegmentView:
             lo, hi = row, row + 1
         view = memoryview(self._mm) if self._mm is not None else memoryview(b"")
         for pos, size, crc in zip(t.position[lo:hi].tolist(), t.size[lo:hi].tolist(), t.crc[lo:hi].tolist()):
-            actual = crc32c.crc32c(view[pos + 21:pos + size])
+            actual = crc32c(view[pos + 21:pos + size])
             if actual != crc:
                 raise CrcMismatchError(pos, f"stored crc {crc:#010x}, computed {actual:#010x}", self.path)
 

@@ -33,9 +33,10 @@ import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-import crc32c as _crc32c
+import numpy as np
 
 from ..errors import BadMagicError, CrcMismatchError, LengthPastEndError, ShortBatchError
+from .crc_kernels import HAVE_HW_CRC, crc32c_range
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -72,8 +73,14 @@ class TimestampType(IntEnum):
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """CRC-32C (Castagnoli) through the C-backed ``crc32c`` package."""
-    return int(_crc32c.crc32c(data))
+    """CRC-32C (Castagnoli) of ``data``: the CPU's instruction through the compiled kernel, or the
+    C-backed ``crc32c`` package on a CPU without it. The package is imported only then: its import
+    reads package metadata (importlib.metadata), about 40 ms at the start of every process."""
+    if HAVE_HW_CRC:
+        return int(crc32c_range(np.frombuffer(data, np.uint8), 0, len(data)))
+    import crc32c as package
+
+    return int(package.crc32c(data))
 
 
 class BatchHeader(NamedTuple):

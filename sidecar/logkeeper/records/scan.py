@@ -64,7 +64,6 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 
@@ -77,6 +76,7 @@ from logkeeper.errors import (
 )
 from logkeeper.records import crc_kernels as _crc
 from logkeeper.records import scan_kernels as _k
+from logkeeper.records.batch import crc32c
 
 __all__ = [
     "BatchTable",
@@ -203,7 +203,7 @@ def scan_batches(
 
 
 def _crc_of(view: memoryview, position: int, size: int) -> int:
-    return int(crc32c.crc32c(view[position + 21 : position + size]))
+    return int(crc32c(view[position + 21 : position + size]))
 
 
 def first_crc_mismatch(buf: npt.NDArray[np.uint8], table: BatchTable, from_row: int = 0) -> int:
@@ -219,7 +219,7 @@ def first_crc_mismatch(buf: npt.NDArray[np.uint8], table: BatchTable, from_row: 
     positions, sizes, crcs = table.position.tolist(), table.size.tolist(), table.crc.tolist()
     for row in range(from_row, len(positions)):
         p = positions[row]
-        if crc32c.crc32c(view[p + 21 : p + sizes[row]]) != crcs[row]:
+        if crc32c(view[p + 21 : p + sizes[row]]) != crcs[row]:
             return row
     return -1
 

@@ -51,7 +51,7 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
     checkpoints = cm.all_cleaner_checkpoints()
     states = cm.cleaning_states()
     backlogs = cm.backlogs()
-    offloads = cleaner.offloader.status()
+    offloads = cleaner.offload_status()
     uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
     partitions = []
     for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):

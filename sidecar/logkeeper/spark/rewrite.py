@@ -34,18 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import crc32c
-
 from ..cleaner.exact import ExactDecisions
 from ..cleaner.filter import SegmentFilter
 from ..cleaner.stats import CleanerStats
 from ..log import names
 from ..log.replace import fsync_dir
 from ..log.segment import LogSegment
+from ..records.batch import crc32c
 from .manifest import InputSegment, Manifest, OutputSegment, StagedFile
 from .plan import CompactionPlan
-
-CRC_BLOCK_BYTES = 64 * 1024 * 1024
 
 
 class StaleInputError(Exception):
@@ -61,8 +58,7 @@ def file_crc32c(path: Path) -> tuple[int, int]:
             with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
                 view = memoryview(mm)
                 try:
-                    for pos in range(0, size, CRC_BLOCK_BYTES):
-                        crc = crc32c.crc32c(view[pos:pos + CRC_BLOCK_BYTES], crc)
+                    crc = crc32c(view)
                 finally:
                     view.release()
     return size, crc
