@@ -11,8 +11,11 @@ run of this script:
 - ``run_clean in-process``: ``logkeeper.cleaner.clean_command.run_clean`` on a fresh copy of the
   directory, compiled kernels loaded, one cleaner thread: opening the logs, the rounds, the stats
   lines, the checkpoints, closing (flush + fsync included). MB/s = dirty MB / wall seconds.
-- ``logkeeper clean process``: the same as a fresh ``python`` process (interpreter start, imports,
-  numba cache load included).
+- ``logkeeper clean process``: the command itself, ``logkeeper clean DIR`` (the venv's console
+  script) on a fresh copy, wall time of the whole process: interpreter start, imports, opening,
+  the rounds, closing. The kernels are the ahead-of-time compiled ones and the modules' bytecode
+  is compiled (``make compile``, part of ``make setup``/``make bench``), as in an installed image.
+- ``start-up``: a fresh process that imports ``logkeeper.cli`` and the cleaner and exits.
 - offset-map memory per slot and the largest resident set of the in-process run.
 - baseline: a plain Python cleaner (records parsed in Python, ``dict`` of MD5 digests -> offset,
   retained records re-encoded with ``logkeeper.records.builder``), timed on the first
@@ -184,16 +187,24 @@ def timed_run_clean(src: Path, work: Path) -> tuple[float, str]:
     return elapsed, out.getvalue()
 
 
-_PROCESS = "import sys, io; from logkeeper.cleaner.clean_command import run_clean; " \
-           "out = io.StringIO(); rc = run_clean(sys.argv[1], {{}}, out, lambda: {ts}); sys.exit(rc)"
+CLI = Path(sys.executable).with_name("logkeeper")
+_STARTUP = "import logkeeper.cli, logkeeper.cleaner.clean_command"
 
 
 def timed_process(src: Path, work: Path) -> float:
+    """``logkeeper clean DIR`` on a fresh copy of ``src``, the whole process timed."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(src, work)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", _PROCESS.format(ts=TS), str(work)], check=True)
+    subprocess.run([str(CLI), "clean", str(work)], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def timed_startup() -> float:
+    """A process that only starts and imports what ``logkeeper clean`` imports."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", _STARTUP], check=True)
     return time.perf_counter() - t0
 
 
@@ -294,6 +305,11 @@ def main() -> None:
         base_s, base_n = baseline_clean(w1_data, args.baseline_records)
         base_mbps = base_n * (len(w1_data) / 1_000_000) / 1e6 / base_s
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        startup_s = best([timed_startup() for _ in range(5)])
+        kernels = subprocess.run([sys.executable, "-c", "from logkeeper import aot; print(aot.mode())"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+        kernels = {"aot": "compiled ahead of time (no numba in the process)",
+                   "jit": "numba's JIT (LOGKEEPER_KERNELS=jit or no compiled module)"}.get(kernels, kernels)
         m = SipHashOffsetMap(128 * 1024 * 1024)
         m.prepare(1 << 30)
         per_slot = m.memory_bytes / m.table.shape[0]
@@ -301,11 +317,11 @@ def main() -> None:
         lines = ["| workload | dirty MB | plain read MB/s | run_clean in-process: s | MB/s | vs read "
                  "| `logkeeper clean` process: s | MB/s | vs dict-of-MD5 |",
                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        w1_mbps = 0.0
+        w1_mbps = w1_process_mbps = 0.0
         for r in results:
             mbps = r.mb / r.clean_s
             if r.name == "W1":
-                w1_mbps = mbps
+                w1_mbps, w1_process_mbps = mbps, r.mb / r.process_s
             lines.append(f"| {r.name} | {r.mb:,.1f} | {r.mb / r.read_s:,.0f} | {r.clean_s:.3f} | {mbps:,.0f} | "
                          f"{mbps / (r.mb / r.read_s):.2f}x | {r.process_s:.2f} | {r.mb / r.process_s:,.0f} | "
                          f"{mbps / base_mbps:,.0f}x |")
@@ -316,9 +332,11 @@ def main() -> None:
             f"offset map: {BYTES_PER_SLOT} bytes a slot ({per_slot:.0f} measured: int64 [h1, h2, offset]); "
             f"128 MiB / 1 thread = {m.capacity_slots:,} slots; largest resident set of this process: "
             f"{peak_rss_mb:,.0f} MB",
-            f"W1 target >= 300 MB/s in-process: {'met' if w1_mbps >= 300 else 'NOT met'} ({w1_mbps:,.0f} MB/s); "
-            f"as a fresh process the fixed start-up (interpreter, numpy and numba imports, numba cache loads: "
-            f"{results[0].process_s - results[0].clean_s:.2f} s here) dominates W1",
+            f"W1 target >= 300 MB/s as a whole `logkeeper clean` process: "
+            f"{'met' if w1_process_mbps >= 300 else 'NOT met'} ({w1_process_mbps:,.0f} MB/s; in-process "
+            f"{w1_mbps:,.0f} MB/s); the process's start-up (interpreter, imports: `python -c "
+            f"'{_STARTUP}'`) takes {startup_s:.3f} s of its {results[0].process_s:.3f} s; kernels: "
+            f"{kernels}",
             "",
             "stats lines of the first measured W1 run:",
             "```",

@@ -154,6 +154,7 @@ class SegmentFilter:
         keep_base = np.zeros(n, dtype=np.int64)
         np.cumsum(counts_read[:-1], out=keep_base[1:])
         keep = np.zeros(int(counts_read.sum()), dtype=np.bool_)
+        rec_pos = np.empty(keep.shape[0], dtype=np.int64)  # where each record starts (decide -> assemble)
         areas = record_areas(view, lo, hi, skip=mode == fk.MODE_DELETE)
         attrs = t.attributes[lo:hi].astype(np.int64)
         lat = (attrs & LOG_APPEND_TIME) != 0
@@ -176,7 +177,7 @@ class SegmentFilter:
             kept_offsets, superseded, first_dirty = _NO_OFFSETS, _NO_OFFSETS, 0
         err, err_pos, err_row, detail = fk.decide_kernel(
             view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
-            t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep,
+            t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep, rec_pos,
             table, k0, k1, np.int64(offset_map.latest_offset),
             np.int64(self.now_ms), n_read, n_kept, has_tomb, kept_max_ts, first_kept_ts, n_invalid,
             exact, kept_offsets, superseded, np.int64(first_dirty))
@@ -204,8 +205,8 @@ class SegmentFilter:
         out_pos = np.zeros(n, dtype=np.int64)
         out_size = np.zeros(n, dtype=np.int64)
         written = fk.assemble_kernel(
-            view.buf, areas.dbuf, areas.in_dbuf, out, action, t.position[lo:hi], sizes, areas.start,
-            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, keep_base, keep,
+            view.buf, areas.dbuf, areas.in_dbuf, out, action, t.position[lo:hi], sizes,
+            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, keep_base, keep, rec_pos,
             t.partition_leader_epoch[lo:hi], attrs, t.last_offset_delta[lo:hi], t.producer_id[lo:hi],
             t.producer_epoch[lo:hi], t.base_sequence[lo:hi], new_attrs, new_base_ts, new_max_ts, n_kept,
             out_pos, out_size)

@@ -23,7 +23,8 @@ Per batch it returns records read, records kept, whether a kept record is a tomb
 largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the
 batch's maxTimestamp under LogAppendTime, as Kafka's reader reports it).
 
-``assemble_kernel`` writes the output of every batch by its action:
+``decide_kernel`` also notes where each record starts, so that ``assemble_kernel`` reads only the
+kept records again (a round typically drops most of them). It writes every batch by its action:
 
     action  output
     0       nothing
@@ -75,11 +76,11 @@ HEADER_SIZE = 61
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
 
 
-@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[][], u8, u8, "
-        "i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8 -> (i8, i8, i8, i8)")
+@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
+        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8 -> (i8, i8, i8, i8)")
 def decide_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
-    log_append_time, horizon, mode, keep_base, keep,
+    log_append_time, horizon, mode, keep_base, keep, rec_pos,
     table, k0, k1, latest, now,
     n_read, n_kept, has_tombstone, kept_max_ts, first_kept_ts, n_invalid,
     exact, kept_offsets, superseded_offsets, first_dirty,
@@ -120,6 +121,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         for j in range(count):
             if p >= e:
                 return ERR_TOO_FEW_RECORDS, p, r, np.int64(j)
+            rec_pos[k + j] = p
             length, q, err = _varint(src, p, e)
             if err != ERR_NONE:
                 return err, p, r, np.int64(0)
@@ -251,11 +253,11 @@ def _write_header(  # type: ignore[no-untyped-def]
     _put_be(out, p + 57, count, 4)
 
 
-@kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i4[], i8[], "
+@kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i8[], i4[], i8[], "
         "i4[], i8[], i2[], i4[], i8[], i8[], i8[], i8[], i8[], i8[] -> i8")
 def assemble_kernel(  # type: ignore[no-untyped-def]
-    buf, dbuf, in_dbuf, out, action, position, size, area_start, record_count, base_offset,
-    base_ts, max_ts, log_append_time, keep_base, keep,
+    buf, dbuf, in_dbuf, out, action, position, size, record_count, base_offset,
+    base_ts, max_ts, log_append_time, keep_base, keep, rec_pos,
     leader_epoch, attributes, last_offset_delta, producer_id, producer_epoch, base_sequence,
     new_attributes, new_base_ts, new_max_ts, n_kept, out_pos, out_size,
 ):
@@ -285,14 +287,15 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
         src = dbuf if in_dbuf[r] else buf
         q0 = w + HEADER_SIZE
         o = q0
-        p = area_start[r]
         lat = log_append_time[r]
         new_base = new_base_ts[r]
         k = keep_base[r]
         for j in range(record_count[r]):
-            length, q, _err = _varint(src, p, p + 5)
-            rec_end = q + length
+            # only the kept records are read again, from where decide_kernel found them
             if keep[k + j]:
+                p = rec_pos[k + j]
+                length, q, _err = _varint(src, p, p + 5)
+                rec_end = q + length
                 ts_delta, q2, _err = _varlong(src, q + 1, rec_end)
                 delta, q3, _err = _varint(src, q2, rec_end)
                 ts = max_ts[r] if lat else base_ts[r] + ts_delta
@@ -308,7 +311,6 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
                 o = _put_uvarint(out, o, zo)
                 out[o:o + rest] = src[q3:rec_end]
                 o += rest
-            p = rec_end
         total = o - w
         _write_header(out, w, base_offset[r], total - 12, leader_epoch[r], new_attributes[r],
                       last_offset_delta[r], new_base, new_max_ts[r], producer_id[r],

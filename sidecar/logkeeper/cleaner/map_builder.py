@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import CorruptRecordError
 from ..log.log import Log
 from ..records.scan import walk_error
+from ..records.scan_kernels import MIN_RECORD_SIZE
 from . import map_kernel as mk
 from .offset_map import SipHashOffsetMap
 from .segment_view import SegmentView, record_areas
@@ -53,11 +54,12 @@ class MapBuilder:
         txns = CleanedTransactionMetadata()
         txns.add_aborted_transactions(collect_aborted(log, start, end))
         positions = [seg.offset_index.lookup(start).position for seg in dirty]
-        expected = 0  # keyed records that may go into the map: the table is sized for them
-        for seg, position in zip(dirty, positions):
-            with SegmentView(seg, position) as view:
-                expected += int(view.table.record_count.sum(dtype=np.int64))
-        offset_map.prepare(expected)
+        # The table is sized for the keyed records that may go into the map, bounded without
+        # reading a byte: by the offsets each dirty segment spans (dense, as appended) and, for
+        # sparse offsets, by its bytes (a record takes at least MIN_RECORD_SIZE).
+        offset_map.prepare(sum(min(nxt - max(start, seg.base_offset),
+                                   (seg.size_in_bytes - position) // MIN_RECORD_SIZE + 1)
+                               for seg, position, nxt in zip(dirty, positions, next_starts)))
         for seg, position, next_start in zip(dirty, positions, next_starts):
             self.check_done()
             with SegmentView(seg, position) as view:
