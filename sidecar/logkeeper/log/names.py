@@ -9,7 +9,6 @@ zero-padded to 20 digits with the suffixes below; a temporary suffix (``.cleaned
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,4 +106,6 @@ class PartitionDirName:
 
 def special_dir_name(tp: TopicPartition, kind: str) -> str:
     """``<topic>-<partition>.<uuid hex><kind>`` for kind -delete, -stray or -future."""
+    import uuid  # only here: its import (platform probing) costs more than every other use of this module
+
     return f"{tp}.{uuid.uuid4().hex}{kind}"

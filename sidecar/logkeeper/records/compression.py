@@ -91,10 +91,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import cramjam
-import lz4.frame
-
 from logkeeper.errors import CompressionError, UnknownCodecError
+
+# cramjam (snappy, zstd) and lz4 are imported inside the codec functions: loading them takes a
+# noticeable part of a process's start, and many processes never meet a compressed batch.
 
 __all__ = [
     "GZIP_HEADER",
@@ -181,6 +181,8 @@ def _gzip_compress(data: memoryview) -> bytes:
 
 
 def _snappy_compress(data: memoryview) -> bytes:
+    import cramjam
+
     parts: list[Any] = [XERIAL_HEADER]  # bytes and cramjam.Buffer objects (buffer protocol)
     for start in range(0, len(data), SNAPPY_BLOCK_SIZE):
         block = cramjam.snappy.compress_raw(data[start : start + SNAPPY_BLOCK_SIZE])
@@ -190,6 +192,8 @@ def _snappy_compress(data: memoryview) -> bytes:
 
 
 def _lz4_compress(data: memoryview) -> bytes:
+    import lz4.frame
+
     out: bytes = lz4.frame.compress(
         data,
         # level 0 = LZ4_compress_default, the algorithm of lz4-java's fast compressor that
@@ -206,6 +210,8 @@ def _lz4_compress(data: memoryview) -> bytes:
 
 
 def _zstd_compress(data: memoryview) -> bytes:
+    import cramjam
+
     return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
 
 
@@ -255,6 +261,8 @@ def _gzip_decompress(data: memoryview) -> bytes:
 
 def _snappy_raw(block: memoryview, where: str) -> Any:
     """One raw snappy block decoded (a cramjam.Buffer)."""
+    import cramjam
+
     try:
         return cramjam.snappy.decompress_raw(block)
     except cramjam.DecompressionError as exc:
@@ -293,6 +301,8 @@ def _snappy_decompress(data: memoryview) -> bytes:
 
 
 def _lz4_decompress(data: memoryview) -> bytes:
+    import lz4.frame
+
     if not data:
         raise _Corrupt("empty input")
     # lz4.frame allocates the content size a frame declares before it decodes a block; refuse a
@@ -309,6 +319,8 @@ def _lz4_decompress(data: memoryview) -> bytes:
 
 
 def _zstd_decompress(data: memoryview) -> bytes:
+    import cramjam
+
     if not data:
         raise _Corrupt("empty input")
     try:
