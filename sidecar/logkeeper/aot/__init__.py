@@ -152,6 +152,19 @@ def kernel(signature: str | None = None, *, inline: bool = False) -> Callable[[C
     return mark
 
 
+def intrinsic(name: str) -> Any:
+    """``name`` of :mod:`.intrinsics` for kernel bodies. With the compiled module no kernel body is
+    compiled in this process, so it is a stub there and numba is not imported."""
+    if mode() == "jit":
+        from . import intrinsics
+
+        return getattr(intrinsics, name)
+
+    def stub(*args: Any) -> Any:
+        raise RuntimeError(f"numba intrinsic {name} called outside a kernel compiled by numba")
+    return stub
+
+
 def _helper_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     def unavailable(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"{fn.__module__}.{fn.__name__} is a helper compiled into other kernels; with "

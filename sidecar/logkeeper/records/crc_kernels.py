@@ -20,15 +20,11 @@ import numpy as np
 from .. import aot
 from ..aot import kernel
 
-if aot.mode() == "jit":
-    from .crc_intrinsics import crc32_u8 as _crc32_u8
-    from .crc_intrinsics import crc32_u64 as _crc32_u64
-    from .crc_intrinsics import host_has_sse42
-    from .crc_intrinsics import load64 as _load64
-
-    HAVE_HW_CRC = host_has_sse42()
-else:
-    HAVE_HW_CRC = True  # the compiled module is x86-64-v2 code, checked to run on this CPU
+_crc32_u64 = aot.intrinsic("crc32_u64")
+_crc32_u8 = aot.intrinsic("crc32_u8")
+_load64 = aot.intrinsic("load64")
+# the compiled module is x86-64-v2 code, checked to run on this CPU before it is used
+HAVE_HW_CRC = aot.mode() == "aot" or aot.intrinsic("host_has_sse42")()
 
 
 @kernel(inline=True)

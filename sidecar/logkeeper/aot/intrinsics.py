@@ -1,8 +1,8 @@
-"""The SSE4.2 CRC-32C instruction and an unaligned 8-byte load as numba intrinsics.
+"""numba intrinsics for kernel bodies: the SSE4.2 CRC-32C instruction and an unaligned 8-byte load.
 
-Imported by :mod:`.crc_kernels` only when numba compiles the kernels (``logkeeper.aot`` in JIT
-mode, and the ahead-of-time build): a process running the compiled module never loads numba
-or llvmlite.
+Kernel modules take them through :func:`logkeeper.aot.intrinsic`, which imports this module only
+when numba compiles the kernels (JIT mode, and the ahead-of-time build): a process running the
+compiled module never loads numba or llvmlite.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ def crc32_u8(typingctx, crc, byte):  # type: ignore[no-untyped-def]
 
 @intrinsic
 def load64(typingctx, arr, index):  # type: ignore[no-untyped-def]
-    """An unaligned little-endian 8-byte load at ``arr[index]`` (a uint8 array): one
-    instruction, where assembling the word from 8 byte loads is not folded by the compiler."""
+    """An unaligned 8-byte load at ``arr[index]`` (a uint8 array), in the host's byte order
+    (little-endian on x86-64 and aarch64, the machines numba targets here): one instruction,
+    where assembling the word from 8 byte loads is not folded by the compiler. The caller
+    guarantees ``index + 8 <= len(arr)``."""
     sig = types.uint64(arr, index)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
