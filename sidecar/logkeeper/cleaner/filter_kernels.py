@@ -114,6 +114,8 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         e = area_end[r]
         base = base_offset[r]
         lat = log_append_time[r]
+        batch_max_ts = max_ts[r]
+        batch_base_ts = base_ts[r]
         h = horizon[r]
         k = keep_base[r]
         count = record_count[r]
@@ -147,7 +149,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
                 return ERR_NEGATIVE_LENGTH if value_len < -1 else ERR_SIZE_MISMATCH, p, r, value_len
             offset = base + delta
             offsets[j] = offset
-            stamps[j] = max_ts[r] if lat else base_ts[r] + ts_delta
+            stamps[j] = batch_max_ts if lat else batch_base_ts + ts_delta
             key_lens[j] = key_len
             value_lens[j] = value_len
             if not exact and m == MODE_DATA and offset <= latest and key_len >= 0:
@@ -155,9 +157,14 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             p = rec_end
         if p != e:
             return ERR_EXTRA_BYTES, p, r, e - p
-        # phase 2: the lookups and the decisions, in offset order
+        # phase 2: the lookups and the decisions, in offset order (the batch's figures in locals:
+        # stores into the output arrays on every record would go to memory each time)
+        nk = 0
+        invalid = 0
+        tombstone = False
+        kmax = np.int64(-1)
+        kfirst = np.int64(-1)
         for j in range(count):
-            n_read[r] += 1
             kept = False
             if m == MODE_CONTROL:
                 kept = True
@@ -165,7 +172,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
                 if offsets[j] > latest:
                     kept = True
                 elif key_lens[j] < 0:
-                    n_invalid[r] += 1
+                    invalid += 1
                 else:
                     o = offsets[j]
                     if not exact:
@@ -182,13 +189,19 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             keep[k + j] = kept
             if kept:
                 ts = stamps[j]
-                if n_kept[r] == 0:
-                    first_kept_ts[r] = ts
-                if ts > kept_max_ts[r]:
-                    kept_max_ts[r] = ts
-                n_kept[r] += 1
+                if nk == 0:
+                    kfirst = ts
+                if ts > kmax:
+                    kmax = ts
+                nk += 1
                 if value_lens[j] < 0:
-                    has_tombstone[r] = True
+                    tombstone = True
+        n_read[r] = count
+        n_kept[r] = nk
+        n_invalid[r] = invalid
+        has_tombstone[r] = tombstone
+        kept_max_ts[r] = kmax
+        first_kept_ts[r] = kfirst
     return ERR_NONE, np.int64(0), np.int64(-1), np.int64(0)
 
 
