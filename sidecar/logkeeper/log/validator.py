@@ -43,7 +43,7 @@ from ..records.batch import (
     crc32c,
     ensure_crc,
 )
-from ..records.compression import Codec, decompress
+from ..records.compression import codec_from_attributes, decompress
 from ..records.scan import walk_error
 from .log_config import LogConfig
 
@@ -108,7 +108,7 @@ def validate_request(data: bytes | bytearray | memoryview, config: LogConfig, *,
         codec = attributes & CODEC_MASK
         area_buf, area_start, area_end = buf, pos + HEADER_SIZE, pos + size
         if codec:
-            raw = decompress(Codec(codec), buf[area_start:area_end].data, pos)
+            raw = decompress(codec_from_attributes(attributes, pos), buf[area_start:area_end].data, pos)
             area_buf, area_start, area_end = np.frombuffer(raw, dtype=np.uint8), 0, len(raw)
         if count < 0 or count > (area_end - area_start) // _MIN_RECORD_SIZE:
             raise InvalidRecordError(pos, f"recordCount {count} does not fit the batch")
