@@ -8,6 +8,7 @@ fit segment.bytes, or an index was full.
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from pathlib import Path
@@ -18,16 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logkeeper.errors import RecordTooLargeError
+from logkeeper.log import log as log_module
+from logkeeper.log.file_records import FileRecords
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.segment import LogSegment
-from logkeeper.records.batch import BatchHeader
+from logkeeper.log.validator import check_plain_batch
+from logkeeper.records.batch import BatchHeader, TimestampType
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.compression import Codec
 from logkeeper.records.reader import read_records
 from tests.helpers import NOW_MS, ManualClock, batch, make_log
-
-INT32 = struct.Struct(">i")
 
 
 def index_entries(seg: LogSegment) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -173,3 +175,105 @@ def _records(log: Log) -> list[Record]:
     for seg in log.segments.values():
         out.extend(read_records(seg.log.read(0, seg.size_in_bytes)))
     return out
+
+
+@st.composite
+def plain_and_other_requests(draw: st.DrawFn) -> list[bytes]:
+    """Mostly single plain batches (the fast path), with requests of every other kind between."""
+    out = []
+    sequence = 0
+    for _ in range(draw(st.integers(1, 30))):
+        n = draw(st.integers(1, 6))
+        recs = [Record(j, NOW_MS + draw(st.integers(0, 3000)), b"k%d" % j, b"v" * draw(st.integers(0, 900)))
+                for j in range(n)]
+        kind = draw(st.sampled_from(["plain"] * 6 + ["gzip", "producer", "two", "stale"]))
+        if kind == "gzip":
+            out.append(build_batch(recs, codec=Codec.GZIP))
+        elif kind == "producer":
+            out.append(build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=sequence))
+            sequence += n
+        elif kind == "two":
+            out.append(build_batch(recs) + build_batch(recs))
+        elif kind == "stale":  # header max timestamp below the records': the general path rewrites it
+            raw = bytearray(build_batch(recs))
+            struct.pack_into(">q", raw, 35, NOW_MS - 1)
+            struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+            out.append(bytes(raw))
+        else:
+            out.append(build_batch(recs))
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plain_and_other_requests(), st.sampled_from([1, 500, 4096]), st.sampled_from([2500, 8000]),
+       st.sampled_from([60, 10_000]))
+def test_plain_batch_path_writes_what_the_general_path_writes(tmp_path_factory: object, requests: list[bytes],
+                                                              interval: int, segment_bytes: int,
+                                                              segment_index_bytes: int) -> None:
+    """``Log.append`` of the common request (``check_plain_batch``) against the general path
+    forced for every request: the same answers, files byte for byte, rolls and state."""
+    props = {"index.interval.bytes": interval, "segment.bytes": segment_bytes,
+             "segment.index.bytes": segment_index_bytes, "segment.ms": 2000}
+    outcomes = []
+    for general in (False, True):
+        tmp = tmp_path_factory.mktemp("log")  # type: ignore[attr-defined]
+        clock = ManualClock(NOW_MS + 3000)
+        log = make_log(tmp, props, clock=clock)
+        answers = []
+        with pytest.MonkeyPatch.context() as mp:
+            if general:
+                mp.setattr(log_module, "check_plain_batch", lambda *args: None)
+            for request in requests:
+                clock.advance(100)
+                answers.append(log.append(request) if len(request) <= segment_bytes else None)
+        state = (log.log_end_offset, [s.base_offset for s in log.segments], log.unflushed_messages,
+                 [(s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far, s.bytes_since_last_index_entry)
+                  for s in log.segments])
+        log.close()
+        files = {p.name: p.read_bytes() for p in sorted((tmp / "topic-0").iterdir())}
+        outcomes.append((answers, state, files))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_check_plain_batch_takes_only_the_common_request() -> None:
+    rules = LogConfig.from_props({}).append_rules
+    plain = batch(3)
+    assert check_plain_batch(plain, rules, NOW_MS) == (len(plain), 2, 3, NOW_MS + 2)
+    stale = bytearray(plain)
+    struct.pack_into(">q", stale, 35, NOW_MS)
+    struct.pack_into(">I", stale, 17, crc32c.crc32c(bytes(stale[21:])))
+    corrupt = bytearray(plain)
+    corrupt[-1] ^= 1
+    others = [plain + plain, batch(3, codec=Codec.LZ4), bytes(stale), bytes(corrupt), plain[:-1], b"",
+              build_batch([Record(0, NOW_MS, b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=0),
+              build_batch([Record(0, NOW_MS, b"k", b"v")], timestamp_type=TimestampType.LOG_APPEND_TIME,
+                          log_append_time_ms=NOW_MS),
+              batch(1, ts=NOW_MS + 3_600_001)]
+    assert [check_plain_batch(other, rules, NOW_MS) for other in others] == [None] * len(others)
+    log_append_time = LogConfig.from_props({"message.timestamp.type": "LogAppendTime"}).append_rules
+    assert check_plain_batch(plain, log_append_time, NOW_MS) is None
+
+
+@pytest.mark.parametrize("with_header", [False, True])
+def test_short_writes_are_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_header: bool) -> None:
+    """A write that stops short (a signal, a nearly full disk) is completed where it stopped."""
+    real_pwrite = os.pwrite
+
+    def short_pwrite(fd: int, data: bytes, position: int) -> int:
+        return real_pwrite(fd, bytes(data)[:7], position)
+
+    def short_pwritev(fd: int, parts: list[bytes], position: int) -> int:
+        return real_pwrite(fd, b"".join(bytes(p) for p in parts)[:100], position)
+
+    records = FileRecords(tmp_path / "00000000000000000000.log")
+    records.append(b"existing")
+    body = bytes(range(256)) * 3
+    header = b"H" * 61 if with_header else None
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    assert records.append(body, header) == 8
+    monkeypatch.undo()
+    expected = b"existing" + (header + body[61:] if header else body)
+    assert records.size_in_bytes == len(expected)
+    assert records.read(0, 10_000) == expected
+    records.close()
