@@ -143,7 +143,9 @@ class OffsetIndex(AbstractIndex):
                 raise IndexOffsetOverflowError(offset, self._base_offset, str(self._path))
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} for offset index {self._path} is not an int32 >= 0")
-            _ENTRY.pack_into(self._buffer(), entries * ENTRY_SIZE, relative, position)
+            mm = self._mm  # mapped: an index with a free slot has a non-empty file
+            assert mm is not None
+            _ENTRY.pack_into(mm, entries * ENTRY_SIZE, relative, position)
             self._entries = entries + 1
             self._last_offset = offset
         finally:

@@ -161,7 +161,9 @@ class TimeIndex(AbstractIndex):
             relative = self.relative_offset(offset)
             if timestamp > _INT64_MAX:
                 raise ValueError(f"timestamp {timestamp} for time index {self._path} is not an int64")
-            _ENTRY.pack_into(self._buffer(), entries * ENTRY_SIZE, timestamp, relative)
+            mm = self._mm  # mapped: an index with a free slot has a non-empty file
+            assert mm is not None
+            _ENTRY.pack_into(mm, entries * ENTRY_SIZE, timestamp, relative)
             self._entries = entries + 1
             self._last_entry = TimestampOffset(timestamp, offset)
         finally:

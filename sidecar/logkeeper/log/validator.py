@@ -84,7 +84,8 @@ def validate_request(data: bytes | bytearray | memoryview, config: LogConfig, *,
     buf = np.frombuffer(data, dtype=np.uint8)
     max_bytes, before_ms, after_ms, create_time, compact = config.append_rules
     check_ts = from_client and create_time
-    ts_low, ts_high = _timestamp_bounds(now_ms, before_ms, after_ms)
+    ts_low = max(_INT64_MIN, now_ms - before_ms)  # clamped: the settings may be Long.MAX
+    ts_high = min(_INT64_MAX, now_ms + after_ms)
     batches: list[ValidatedBatch] = []
     num_records = 0
     request_max_ts = -1
@@ -123,17 +124,14 @@ def check_plain_batch(data: bytes | bytearray | memoryview, rules: AppendRules,
     batch_length, attributes, producer_id = _PLAIN_SHAPE.unpack_from(data, 8)
     if batch_length + LOG_OVERHEAD != len(data) or attributes & _NOT_PLAIN or producer_id >= 0:
         return None
-    ts_low, ts_high = _timestamp_bounds(now_ms, rules.timestamp_before_max_ms, rules.timestamp_after_max_ms)
+    # the CreateTime window, clamped to int64 (the settings may be Long.MAX): as validate_request
+    ts_low = max(_INT64_MIN, now_ms - rules.timestamp_before_max_ms)
+    ts_high = min(_INT64_MAX, now_ms + rules.timestamp_after_max_ms)
     code, _, _, size, max_ts, last_delta, count, header_max_ts = _ak.check_batch(
-        np.frombuffer(data, dtype=np.uint8), 0, rules.max_message_bytes, True, True, ts_low, ts_high, rules.compact)
+        np.frombuffer(data, np.uint8), 0, rules.max_message_bytes, True, True, ts_low, ts_high, rules.compact)
     if code or max_ts != header_max_ts:
         return None
     return size, last_delta, count, max_ts
-
-
-def _timestamp_bounds(now_ms: int, before_max_ms: int, after_max_ms: int) -> tuple[int, int]:
-    """The CreateTime window around ``now_ms``, clamped to int64 (the settings may be Long.MAX)."""
-    return max(_INT64_MIN, now_ms - before_max_ms), min(_INT64_MAX, now_ms + after_max_ms)
 
 
 def _check_compressed(buf: np.ndarray, pos: int, header: BatchHeader, from_client: bool, check_ts: bool,

@@ -6,8 +6,8 @@ again. Here the header is read, the CRC computed (``crc_kernels.crc32c_any``: th
 the CRC instruction) and the records walked (``scan_kernels.check_kernel``) in one ``nogil``
 call, which answers with a code and the few numbers the caller needs.
 
-The checks run in the order of Kafka's LogValidator, so the first fault found is the one
-reported: the header (as ``BatchHeader.parse`` checks it), max.message.bytes, the CRC; from
+The checks run in the order ``validator.py`` always had (Kafka's LogValidator's), so the first
+fault found is the one reported: the header (as ``BatchHeader.parse`` checks it), max.message.bytes, the CRC; from
 clients no control batch and ``lastOffsetDelta + 1 == recordCount > 0``; then, for a batch
 without a codec, ``recordCount`` against the bytes and the records. A batch with a codec stops
 after the CRC (``COMPRESSED``): the caller decompresses it and walks the records with

@@ -154,9 +154,9 @@ def crc32c_range(buf, start, end):  # type: ignore[no-untyped-def]
     register); the register is linear, so the whole range's is
     ``((c0 * x^8L) ^ c1) * x^8L ^ c2`` for parts of L bytes, and the tail goes on from there.
     """
-    third = ((end - start) // 24) * 8
     if end - start < _SPLIT_MIN_BYTES:
         return _update(np.uint32(0xFFFFFFFF), buf, start, end) ^ np.uint32(0xFFFFFFFF)
+    third = ((end - start) // 24) * 8  # a multiple of 8 bytes: whole words per chain
     c0 = np.uint64(0xFFFFFFFF)
     c1 = np.uint64(0)
     c2 = np.uint64(0)
@@ -172,6 +172,7 @@ def crc32c_range(buf, start, end):  # type: ignore[no-untyped-def]
 
 
 def _byte_table() -> np.ndarray:
+    """The CRC register after one byte of each value, from zero (the table of crc32c_table)."""
     table = np.zeros(256, dtype=np.uint32)
     for n in range(256):
         c = n
