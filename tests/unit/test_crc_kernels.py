@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import crc32c
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,19 @@ def test_range_matches_package(data: bytes, start: int) -> None:
     expected = crc32c.crc32c(data[start:])
     if C.HAVE_HW_CRC:
         assert int(C.crc32c_range(buf, start, len(data))) == expected
+
+
+@pytest.mark.parametrize("size", [2047, 2048, 2049, 2071, 2072, 2073, 16_753, 1 << 20])
+def test_split_range_and_table_match_package(size: int) -> None:
+    """Ranges long enough to run as three joined chains, every tail length around the cut; the
+    byte table (CPUs without the instruction) on the same bytes."""
+    data = np.random.default_rng(size).integers(0, 256, size + 7, dtype=np.uint8)
+    for start in range(0, 8):
+        expected = crc32c.crc32c(data[start:size].tobytes())
+        assert int(C.crc32c_table(data, start, size)) == expected
+        assert int(C.crc32c_any(data, start, size)) == expected
+        if C.HAVE_HW_CRC:
+            assert int(C.crc32c_range(data, start, size)) == expected
 
 
 @settings(max_examples=60, deadline=None)

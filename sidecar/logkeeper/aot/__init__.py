@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 KERNEL_MODULES = (
     "logkeeper.records.crc_kernels",
     "logkeeper.records.scan_kernels",
+    "logkeeper.records.append_kernels",
     "logkeeper.cleaner.siphash",
     "logkeeper.cleaner.offset_map",
     "logkeeper.cleaner.map_kernel",

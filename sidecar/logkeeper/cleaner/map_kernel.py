@@ -1,6 +1,6 @@
 """The compiled loop that fills the offset map from the batches of a dirty segment.
 
-One call covers a window of batches (``@njit(cache=True, nogil=True)``: threads run in
+One call covers a window of batches (compiled ``nogil``, see logkeeper.aot: threads run in
 parallel). Each batch row has a record area, in the segment's mapped bytes or, for a
 compressed batch, in ``dbuf`` (its decompressed records), and a mode:
 

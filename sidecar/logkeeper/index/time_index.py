@@ -131,34 +131,43 @@ class TimeIndex(AbstractIndex):
         the timestamp goes backwards or is not an int64, IndexOffsetOverflowError when the
         relative offset is not an int32, io.UnsupportedOperation on a read-only index.
         """
-        with self._lock:
-            buf = self._buffer()
-            self._ensure_writable("append")
-            if not skip_full_check and self.is_full():
+        # checks inlined, and the lock taken without `with` (half the cost): this runs on every
+        # index entry of the append path
+        self._lock.acquire()
+        try:
+            if self._closed or not self._writable:
+                self._buffer()
+                self._ensure_writable("append")
+            entries = self._entries
+            if not skip_full_check and entries >= self._max_entries - 1:  # is_full()
                 raise IndexFullError(
-                    f"cannot append to full time index {self._path} ({self._entries} entries)"
+                    f"cannot append to full time index {self._path} ({entries} entries)"
                 )
-            last = self._last_entry
-            if self._entries != 0 and offset < last.offset:
+            last_timestamp, last_offset = self._last_entry
+            if entries != 0 and offset < last_offset:
                 raise InvalidOffsetError(
-                    f"cannot append offset {offset} at slot {self._entries} of time index {self._path}: "
-                    f"smaller than the last offset {last.offset}"
+                    f"cannot append offset {offset} at slot {entries} of time index {self._path}: "
+                    f"smaller than the last offset {last_offset}"
                 )
-            if self._entries != 0 and timestamp < last.timestamp:
+            if entries != 0 and timestamp < last_timestamp:
                 raise ValueError(
-                    f"cannot append timestamp {timestamp} at slot {self._entries} of time index "
-                    f"{self._path}: smaller than the last timestamp {last.timestamp}"
+                    f"cannot append timestamp {timestamp} at slot {entries} of time index "
+                    f"{self._path}: smaller than the last timestamp {last_timestamp}"
                 )
-            if timestamp <= last.timestamp:
+            if timestamp <= last_timestamp:
                 return
-            if self._entries >= self._max_entries:
-                raise IndexFullError(f"no slot left in time index {self._path} ({self._entries} entries)")
+            if entries >= self._max_entries:
+                raise IndexFullError(f"no slot left in time index {self._path} ({entries} entries)")
             relative = self.relative_offset(offset)
             if timestamp > _INT64_MAX:
                 raise ValueError(f"timestamp {timestamp} for time index {self._path} is not an int64")
-            _ENTRY.pack_into(buf, self._entries * ENTRY_SIZE, timestamp, relative)
-            self._entries += 1
+            mm = self._mm  # mapped: an index with a free slot has a non-empty file
+            assert mm is not None
+            _ENTRY.pack_into(mm, entries * ENTRY_SIZE, timestamp, relative)
+            self._entries = entries + 1
             self._last_entry = TimestampOffset(timestamp, offset)
+        finally:
+            self._lock.release()
 
     def append_many(self, timestamps: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64]) -> None:
         """Append entries in bulk (an index rebuilt after recovery). The entries must already

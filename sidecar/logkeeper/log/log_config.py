@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from ..settings import LONG_MAX, Setting, SettingGroup, at_least, between, one_of, subset_of
 
@@ -56,6 +57,16 @@ TOPIC_SETTINGS = SettingGroup("topic", (
     Setting("preallocate", bool, False, "Preallocate segment files (accepted for compatibility).",
             None),
 ))
+
+
+class AppendRules(NamedTuple):
+    """The settings every append is checked against (``validator.py``), read once per config."""
+
+    max_message_bytes: int
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
+    create_time: bool  # message.timestamp.type is CreateTime (else LogAppendTime)
+    compact: bool
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,12 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @cached_property
+    def append_rules(self) -> AppendRules:
+        return AppendRules(self.max_message_bytes, self.message_timestamp_before_max_ms,
+                           self.message_timestamp_after_max_ms, self.message_timestamp_type == "CreateTime",
+                           self.compact)
 
     @property
     def max_index_size(self) -> int:

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +44,9 @@ from ..records.builder import ControlType
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable
 from ..records.varint import MAX_VARLONG_BYTES, decode_varint
+
+if TYPE_CHECKING:
+    from .segment import LogSegment
 
 
 @dataclass
@@ -194,3 +199,26 @@ def load_producer_batches(state: ProducerStateManager, table: BatchTable) -> Non
         state.on_producer_batch(int(table.producer_id[i]), int(table.producer_epoch[i]), seq,
                                 last_sequence(seq, delta) if seq >= 0 else -1, base, base + delta,
                                 is_control=bool(int(table.attributes[i]) & 0x20))
+
+
+def rebuild_producer_state(segments: Iterable[LogSegment]) -> ProducerStateManager:
+    """A log's producer state from its segments' batch headers: open transactions, the
+    producers' last batches, and the transaction index entries of aborted transactions that
+    are missing (appended to the segment of their marker)."""
+    state = ProducerStateManager()
+    for seg in segments:
+        table = seg.log.scan()
+        load_producer_batches(state, table)
+        flagged = np.flatnonzero(table.attributes & 0x10)
+        if flagged.size == 0:
+            continue
+        indexed = {t.last_offset for t in seg.txn_index.entries}
+        for i in flagged.tolist():
+            pos, size = int(table.position[i]), int(table.size[i])
+            raw = seg.log.read(pos, size)
+            header = BatchHeader.parse(raw)
+            control = control_type_of(raw, header) if header.is_control else None
+            done = state.on_batch(header, control)
+            if done is not None and done.is_aborted and done.last_offset not in indexed:
+                seg.txn_index.append(state.aborted_entry(done))
+    return state

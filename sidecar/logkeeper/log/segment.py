@@ -135,14 +135,29 @@ class LogSegment:
         if position == 0 and self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = batches[0][1]
         for last, max_ts, size in batches:
-            if max_ts > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = max_ts
-                self.offset_of_max_timestamp_so_far = last
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(last, position)
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
-                self.bytes_since_last_index_entry = 0
+            self._index_batch(position, last, max_ts, size)
             position += size
+
+    def append_batch(self, data: bytes | bytearray | memoryview, header: bytes | None, last_offset: int,
+                     max_timestamp: int) -> None:
+        """``append`` of one whole batch (the common produce request), without the list."""
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            raise LogSegmentOffsetOverflowError(self.base_offset, last_offset, str(self.log.path))
+        position = self.log.append(data, header)
+        if position == 0 and self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = max_timestamp
+        self._index_batch(position, last_offset, max_timestamp, len(data))
+
+    def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+        """The index entries due before the batch at ``position`` (see the module docstring)."""
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            self.offset_of_max_timestamp_so_far = last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            self.bytes_since_last_index_entry = size
+        else:
             self.bytes_since_last_index_entry += size
 
     # ------------------------------------------------------------------ reads

@@ -13,6 +13,7 @@ class LogSegments:
     def __init__(self) -> None:
         self._offsets: list[int] = []
         self._by_offset: dict[int, LogSegment] = {}
+        self._last: LogSegment | None = None  # kept on every change: read on each append, without the lock
         self._lock = threading.Lock()
 
     def add(self, segment: LogSegment) -> LogSegment | None:
@@ -22,6 +23,7 @@ class LogSegments:
             if old is None:
                 bisect.insort(self._offsets, segment.base_offset)
             self._by_offset[segment.base_offset] = segment
+            self._last = self._by_offset[self._offsets[-1]]
             return old
 
     def remove(self, base_offset: int) -> LogSegment | None:
@@ -29,12 +31,14 @@ class LogSegments:
             seg = self._by_offset.pop(base_offset, None)
             if seg is not None:
                 self._offsets.pop(bisect.bisect_left(self._offsets, base_offset))
+                self._last = self._by_offset[self._offsets[-1]] if self._offsets else None
             return seg
 
     def clear(self) -> None:
         with self._lock:
             self._offsets.clear()
             self._by_offset.clear()
+            self._last = None
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -83,8 +87,7 @@ class LogSegments:
 
     @property
     def last(self) -> LogSegment | None:
-        with self._lock:
-            return self._by_offset[self._offsets[-1]] if self._offsets else None
+        return self._last
 
     def base_offsets(self) -> list[int]:
         with self._lock:

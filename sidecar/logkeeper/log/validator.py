@@ -14,11 +14,14 @@ the log untouched:
 
 Kafka rebuilds a batch whose offset deltas are not consecutive; logkeeper rejects it (no
 producer writes one). The per-batch loop is Python (a produce request holds one batch per
-partition); the per-record loop is the compiled ``check_kernel``.
+partition); each batch is checked by one compiled call, ``append_kernels.check_batch``
+(header, CRC and records); a compressed batch's records are decompressed here and walked by
+``check_kernel``.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 import numpy as np
@@ -29,9 +32,9 @@ from ..errors import (
     InvalidTimestampError,
     RecordTooLargeError,
 )
+from ..records import append_kernels as _ak
 from ..records import scan_kernels as _k
 from ..records.batch import (
-    ATTRIBUTES_OFFSET,
     CODEC_MASK,
     CONTROL_FLAG,
     HEADER,
@@ -40,16 +43,17 @@ from ..records.batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     BatchHeader,
-    crc32c,
-    ensure_crc,
+    crc_mismatch,
 )
-from ..records.compression import Codec, decompress
+from ..records.compression import codec_from_attributes, decompress
 from ..records.scan import walk_error
-from .log_config import LogConfig
+from .log_config import AppendRules, LogConfig
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _MIN_RECORD_SIZE = _k.MIN_RECORD_SIZE
+_PLAIN_SHAPE = struct.Struct(">i9xh20xq")  # batchLength (byte 8), attributes (21), producerId (43)
+_NOT_PLAIN = CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
 
 
 class ValidatedBatch(NamedTuple):
@@ -78,11 +82,10 @@ def validate_request(data: bytes | bytearray | memoryview, config: LogConfig, *,
     if total == 0:
         raise InvalidRecordError(0, "no record batch in the request")
     buf = np.frombuffer(data, dtype=np.uint8)
-    check_ts = from_client and config.message_timestamp_type == "CreateTime"
-    ts_low = max(_INT64_MIN, now_ms - config.message_timestamp_before_max_ms)
-    ts_high = min(_INT64_MAX, now_ms + config.message_timestamp_after_max_ms)
-    compact = "compact" in config.cleanup_policy
-    max_bytes = config.max_message_bytes
+    max_bytes, before_ms, after_ms, create_time, compact = config.append_rules
+    check_ts = from_client and create_time
+    ts_low = max(_INT64_MIN, now_ms - before_ms)  # clamped: the settings may be Long.MAX
+    ts_high = min(_INT64_MAX, now_ms + after_ms)
     batches: list[ValidatedBatch] = []
     num_records = 0
     request_max_ts = -1
@@ -90,44 +93,89 @@ def validate_request(data: bytes | bytearray | memoryview, config: LogConfig, *,
     with_producer = False
     pos = 0
     while pos < total:
-        header = BatchHeader.parse(data, pos)
-        size = header.batch_length + LOG_OVERHEAD
-        attributes = header.attributes
-        count = header.record_count
-        if size > max_bytes:
-            raise RecordTooLargeError(
-                f"batch at position {pos} is {size} bytes, above max.message.bytes {max_bytes}")
-        if crc32c(memoryview(data)[pos + ATTRIBUTES_OFFSET:pos + size]) != header.crc:
-            ensure_crc(data, header, pos)  # raises with both CRCs in the message
-        if from_client:
-            if attributes & CONTROL_FLAG:
-                raise InvalidRecordError(pos, "clients may not append control batches")
-            if count == 0 or header.last_offset_delta + 1 != count:
-                raise InvalidRecordError(pos, (
-                    f"lastOffsetDelta {header.last_offset_delta} does not match recordCount {count}"))
-        codec = attributes & CODEC_MASK
-        area_buf, area_start, area_end = buf, pos + HEADER_SIZE, pos + size
-        if codec:
-            raw = decompress(Codec(codec), buf[area_start:area_end].data, pos)
-            area_buf, area_start, area_end = np.frombuffer(raw, dtype=np.uint8), 0, len(raw)
-        if count < 0 or count > (area_end - area_start) // _MIN_RECORD_SIZE:
-            raise InvalidRecordError(pos, f"recordCount {count} does not fit the batch")
-        create_time = not attributes & TIMESTAMP_TYPE_MASK
-        err, err_pos, detail, records_max_ts = _k.check_kernel(
-            area_buf, area_start, area_end, count, header.base_timestamp, from_client,
-            check_ts and create_time, ts_low, ts_high, compact and not attributes & CONTROL_FLAG)
-        if err:
-            raise _check_error(int(err), pos, int(err_pos), int(detail), ts_low, ts_high, now_ms,
-                               compressed=bool(codec))
-        max_ts = int(records_max_ts) if from_client and create_time else header.max_timestamp
+        code, err_pos, detail, size, max_ts, _, _, _ = _ak.check_batch(
+            buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, compact)
+        if code == _ak.ERR_HEADER:
+            raise _header_fault(data, pos)
+        header = BatchHeader._make(HEADER.unpack_from(data, pos))
+        if code == _ak.COMPRESSED:
+            max_ts = _check_compressed(buf, pos, header, from_client, check_ts, ts_low, ts_high, compact, now_ms)
+        elif code:
+            raise _batch_fault(code, pos, header, err_pos, detail, max_bytes, ts_low, ts_high, now_ms)
         batches.append(ValidatedBatch(pos, header, max_ts))
         if max_ts > request_max_ts:
             request_max_ts = max_ts
-        transactional = transactional or bool(attributes & TRANSACTIONAL_FLAG)
+        transactional = transactional or bool(header.attributes & TRANSACTIONAL_FLAG)
         with_producer = with_producer or header.producer_id >= 0
-        num_records += count
+        num_records += header.record_count
         pos += size
     return ValidatedRequest(batches, num_records, total, request_max_ts, transactional, with_producer)
+
+
+def check_plain_batch(data: bytes | bytearray | memoryview, rules: AppendRules,
+                      now_ms: int) -> tuple[int, int, int, int] | None:
+    """(size, lastOffsetDelta, recordCount, max timestamp) of a client's request that is one
+    valid batch, uncompressed, CreateTime, of no producer, whose header max timestamp is its
+    records' (the common produce request: appending it changes only its base offset, outside
+    the CRC). None for any other request, valid or not: ``validate_request`` checks those and
+    names the fault. Same compiled check as ``validate_request``'s."""
+    if len(data) < HEADER_SIZE or not rules.create_time:
+        return None
+    batch_length, attributes, producer_id = _PLAIN_SHAPE.unpack_from(data, 8)
+    if batch_length + LOG_OVERHEAD != len(data) or attributes & _NOT_PLAIN or producer_id >= 0:
+        return None
+    # the CreateTime window, clamped to int64 (the settings may be Long.MAX): as validate_request
+    ts_low = max(_INT64_MIN, now_ms - rules.timestamp_before_max_ms)
+    ts_high = min(_INT64_MAX, now_ms + rules.timestamp_after_max_ms)
+    code, _, _, size, max_ts, last_delta, count, header_max_ts = _ak.check_batch(
+        np.frombuffer(data, np.uint8), 0, rules.max_message_bytes, True, True, ts_low, ts_high, rules.compact)
+    if code or max_ts != header_max_ts:
+        return None
+    return size, last_delta, count, max_ts
+
+
+def _check_compressed(buf: np.ndarray, pos: int, header: BatchHeader, from_client: bool, check_ts: bool,
+                      ts_low: int, ts_high: int, compact: bool, now_ms: int) -> int:
+    """The records of a compressed batch (header and CRC already good): decompressed and
+    walked; returns the batch's max timestamp as ``check_batch`` does."""
+    attributes = header.attributes
+    raw = decompress(codec_from_attributes(attributes, pos), buf[pos + HEADER_SIZE:pos + header.size].data, pos)
+    count = header.record_count
+    if count < 0 or count > len(raw) // _MIN_RECORD_SIZE:
+        raise InvalidRecordError(pos, f"recordCount {count} does not fit the batch")
+    create_time = not attributes & TIMESTAMP_TYPE_MASK
+    err, err_pos, detail, records_max_ts = _k.check_kernel(
+        np.frombuffer(raw, dtype=np.uint8), 0, len(raw), count, header.base_timestamp, from_client,
+        check_ts and create_time, ts_low, ts_high, compact and not attributes & CONTROL_FLAG)
+    if err:
+        raise _check_error(int(err), pos, int(err_pos), int(detail), ts_low, ts_high, now_ms, compressed=True)
+    return int(records_max_ts) if from_client and create_time else header.max_timestamp
+
+
+def _header_fault(data: bytes | bytearray | memoryview, pos: int) -> CorruptRecordError:
+    """The specific fault of a header ``check_batch`` refused, as ``BatchHeader.parse`` names it."""
+    try:
+        BatchHeader.parse(data, pos)
+    except CorruptRecordError as e:
+        return e
+    raise AssertionError(f"check_batch refused the header at {pos} that BatchHeader.parse accepts")
+
+
+def _batch_fault(code: int, pos: int, header: BatchHeader, err_pos: int, detail: int, max_bytes: int,
+                 ts_low: int, ts_high: int, now_ms: int) -> Exception:
+    if code == _ak.ERR_TOO_LARGE:
+        return RecordTooLargeError(
+            f"batch at position {pos} is {header.size} bytes, above max.message.bytes {max_bytes}")
+    if code == _ak.ERR_CRC:
+        return crc_mismatch(pos, header.crc, detail)
+    if code == _ak.ERR_CONTROL:
+        return InvalidRecordError(pos, "clients may not append control batches")
+    if code == _ak.ERR_LAST_OFFSET_DELTA:
+        return InvalidRecordError(pos, (
+            f"lastOffsetDelta {header.last_offset_delta} does not match recordCount {header.record_count}"))
+    if code == _ak.ERR_RECORD_COUNT:
+        return InvalidRecordError(pos, f"recordCount {header.record_count} does not fit the batch")
+    return _check_error(code, pos, err_pos, detail, ts_low, ts_high, now_ms, compressed=False)
 
 
 def _check_error(code: int, batch_pos: int, err_pos: int, detail: int, ts_low: int, ts_high: int,
@@ -146,10 +194,4 @@ def _check_error(code: int, batch_pos: int, err_pos: int, detail: int, ts_low: i
     return err
 
 
-def patch_base_offset(header_bytes: bytes | bytearray | memoryview, base_offset: int) -> bytes:
-    """The 61 header bytes with a new base offset (outside the CRC'd range)."""
-    fields = HEADER.unpack_from(header_bytes, 0)
-    return HEADER.pack(base_offset, *fields[1:])
-
-
-__all__ = ["CONTROL_FLAG", "ValidatedBatch", "ValidatedRequest", "patch_base_offset", "validate_request"]
+__all__ = ["CONTROL_FLAG", "ValidatedBatch", "ValidatedRequest", "check_plain_batch", "validate_request"]

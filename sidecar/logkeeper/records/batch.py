@@ -179,10 +179,9 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
-def ensure_crc(buf: bytes | bytearray | memoryview, header: BatchHeader, pos: int) -> None:
-    actual = compute_crc(buf, pos, header.size)
-    if actual != header.crc:
-        raise CrcMismatchError(pos, f"stored crc {header.crc:#010x}, computed {actual:#010x}")
+def crc_mismatch(pos: int, stored: int, computed: int) -> CrcMismatchError:
+    """The error for a batch at ``pos`` whose bytes do not match its stored CRC."""
+    return CrcMismatchError(pos, f"stored crc {stored:#010x}, computed {computed:#010x}")
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
