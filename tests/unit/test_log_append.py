@@ -1,9 +1,11 @@
 """Log.append's bookkeeping: index entries, rolls, header rewrites and config changes.
 
-The property test appends random batches under random small limits and checks, segment by
-segment, that the index entries the appends wrote are exactly those a recovery rebuilds from
+The first property test appends random batches under random small limits and checks, segment
+by segment, that the index entries the appends wrote are exactly those a recovery rebuilds from
 the ``.log`` alone (``index_plan.py``), and that every roll was needed: the next batch did not
-fit segment.bytes, or an index was full.
+fit segment.bytes, or an index was full. The second appends the same random requests through
+the plain-batch path (``Log._append_plain``) and through the general path forced for every
+request, and compares answers, files and state.
 """
 
 from __future__ import annotations
