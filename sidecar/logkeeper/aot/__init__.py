@@ -95,13 +95,13 @@ def _cpu_problem() -> str | None:
 
 
 def _load_compiled() -> tuple[Any, str | None]:
+    problem = _cpu_problem()  # before loading any of its code
+    if problem:
+        return None, f"{COMPILED_MODULE} cannot run here: {problem}"
     try:
         compiled = importlib.import_module(COMPILED_MODULE)
     except ImportError as e:
         return None, f"{COMPILED_MODULE} is not built ({e}); build it with `python -m logkeeper.aot.build`"
-    problem = _cpu_problem()
-    if problem:
-        return None, f"{compiled.__file__} cannot run here: {problem}"
     if int(compiled.stamp()) != source_stamp():
         return None, (f"{compiled.__file__} was built from other kernel sources than these; rebuild it with "
                       "`python -m logkeeper.aot.build` (make setup does)")
