@@ -84,6 +84,8 @@ class HandOff:
     def of(cls, entry: Mapping[str, Any] | None, hand_off: str, reachable: bool) -> HandOff:
         if not reachable:
             return cls(False)
+        if entry and entry.get("attempt") != hand_off and (entry.get("previous") or {}).get("attempt") == hand_off:
+            entry = entry["previous"]  # a newer hand-off started after this one ended: its verdict stands
         if not entry or entry.get("attempt") != hand_off:
             return cls(True, "gone", "the sidecar no longer has this hand-off (it restarted, or gave it up)")
         return cls(True, str(entry.get("state") or ""), str(entry.get("reason") or ""), entry.get("result") or {})

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ import pytest
 from logkeeper.cleaner.backlog import Backlog
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.manager import CleanerManager
-from logkeeper.cleaner.offload import CRASH_ENV, Offloader, env_crash_hook
+from logkeeper.cleaner.offload import CRASH_ENV, Offloader, OffloadStatus, env_crash_hook
 from logkeeper.cleaner.offload_job import JobRequest, OffloadError, SubprocessRunner, command_from_setting
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
@@ -534,3 +534,14 @@ def test_external_runner_takes_the_jobs_failure_and_times_out(built: Path, tmp_p
     t.offloader.runner = ExternalRunner()
     assert not t.offloader.hand_off(t.log)  # nobody runs the job
     assert_aborted(t, before, "within 1 s")
+
+
+def test_a_new_attempt_keeps_the_verdict_of_the_one_before() -> None:
+    """The operator may read the status only after a newer hand-off of the partition started: the
+    ended attempt's verdict stays readable as ``previous`` (compaction.HandOff.of uses it)."""
+    done = OffloadStatus(state="done", attempt="a1", finished_ms=5, result={"keys": 3})
+    assert done.verdict() == {"attempt": "a1", "state": "done", "reason": "", "finished_ms": 5, "result": {"keys": 3}}
+    assert OffloadStatus(state="waiting-for-job", attempt="a2").verdict() == {}  # still running: no verdict
+    assert OffloadStatus().verdict() == {}
+    newer = replace(done, state="waiting-for-job", attempt="a2", previous=done.verdict())
+    assert newer.to_dict()["previous"]["attempt"] == "a1" and newer.to_dict()["previous"]["state"] == "done"

@@ -74,5 +74,9 @@ def test_hand_off_of_the_sidecars_entry() -> None:
     entry = {"state": "done", "attempt": "a1", "result": {"bytes_read": 10}}
     assert HandOff.of(entry, "a1", True).state == "done"
     assert HandOff.of(entry, "a2", True).state == "gone"  # another attempt: this one is over
+    # a newer hand-off already started when the operator looks: the one it serves ended done
+    newer = {"state": "waiting-for-job", "attempt": "a3", "previous": entry}
+    assert HandOff.of(newer, "a1", True) == HandOff(True, "done", "", {"bytes_read": 10})
+    assert HandOff.of(newer, "a2", True).state == "gone"
     assert HandOff.of(None, "a1", True).state == "gone"
     assert not HandOff.of(entry, "a1", False).known

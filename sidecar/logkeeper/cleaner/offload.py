@@ -114,11 +114,22 @@ class OffloadStatus:
     failures: int = 0
     retry_at_ms: int = 0
     result: dict[str, Any] = field(default_factory=dict)
+    # The verdict of the attempt before this one ({attempt, state, reason, finished_ms, result}):
+    # a new hand-off of the same partition may start before the operator has read that one's.
+    previous: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "attempt": self.attempt, "staging": self.staging, "job_args": list(self.job_args),
                 "started_ms": self.started_ms, "finished_ms": self.finished_ms, "reason": self.reason,
-                "failures": self.failures, "retry_at_ms": self.retry_at_ms, "result": dict(self.result)}
+                "failures": self.failures, "retry_at_ms": self.retry_at_ms, "result": dict(self.result),
+                "previous": dict(self.previous)}
+
+    def verdict(self) -> dict[str, Any]:
+        """This attempt's outcome, kept as the next attempt's ``previous`` (empty while it runs)."""
+        if not self.attempt or self.state not in ("done", "failed"):
+            return {}
+        return {"attempt": self.attempt, "state": self.state, "reason": self.reason,
+                "finished_ms": self.finished_ms, "result": dict(self.result)}
 
 
 def _no_hook(_step: str) -> None:
@@ -227,8 +238,10 @@ class Offloader:
             request = self._request(log, data_dir, staging)
             staging.mkdir(parents=True)
             state = "waiting-for-job" if self.runner.waits_for_job else "running"
+            with self._lock:
+                previous = self._statuses.get(tp, OffloadStatus()).verdict()
             self._update(tp, state=state, attempt=attempt, staging=str(staging), job_args=request.args(),
-                         started_ms=self.clock_ms(), finished_ms=0, reason="", result={})
+                         started_ms=self.clock_ms(), finished_ms=0, reason="", result={}, previous=previous)
             _LOG.info("handing %s [%d, %d) to the Spark job (attempt %s, staging %s)", tp,
                       request.first_dirty_offset, request.end_offset, attempt, staging)
             self.crash_hook("paused")

@@ -162,7 +162,9 @@ def _schemas() -> dict[str, Schema]:
                       "description": "The hand-off's step (cleaner/offload.py)"},
             "attempt": STR, "staging": STR, "job_args": {"type": "array", "items": STR},
             "started_ms": INT, "finished_ms": INT, "reason": STR, "failures": {"type": "integer"},
-            "retry_at_ms": INT, "result": {"type": "object"}}),
+            "retry_at_ms": INT, "result": {"type": "object"},
+            "previous": {"type": "object", "description": "The verdict of the partition's attempt before this one "
+                                                          "(attempt, state, reason, finished_ms, result), if any"}}),
         "Status": _obj({
             "ready": BOOL,
             "log_dirs": {"type": "array", "items": _ref("LogDirStatus")},

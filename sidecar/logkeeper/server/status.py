@@ -18,7 +18,8 @@ round's figures and Kafka's stats line (cleaning.py);
 ``uncleanable`` {reason, failures, retry_at_ms} while the partition is marked uncleanable;
 ``backlog`` whether the cleaner marked it as more keys than one offset map holds (backlog.py),
 with the estimate in ``backlog_detail``; ``offload`` its hand-off to the Spark job when it had one
-(cleaner/offload.py: state, attempt, staging, job_args, reason, failures, retry_at_ms, result).
+(cleaner/offload.py: state, attempt, staging, job_args, reason, failures, retry_at_ms, result, and
+the previous attempt's verdict).
 Partitions of an offline directory are not listed (their
 directory's entry counts them).
 """
