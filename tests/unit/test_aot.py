@@ -88,6 +88,31 @@ def test_forcing_aot_without_a_current_module_fails_naming_why(tmp_path: Path) -
     assert "other kernel sources" in done.stderr
 
 
+def test_the_newest_variant_the_cpu_runs_is_chosen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    v3, v2 = aot.VARIANTS
+    cpuinfo = tmp_path / "cpuinfo"
+    real_open = open
+
+    def fake_open(path: object, *args: object, **kwargs: object) -> object:
+        return real_open(cpuinfo if path == "/proc/cpuinfo" else path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    for flags, expected in ((v3.cpu_flags, [v3, v2]), (v2.cpu_flags | {"avx", "avx2"}, [v2]), (v2.cpu_flags, [v2])):
+        cpuinfo.write_text(f"processor : 0\nflags\t\t: fpu {' '.join(sorted(flags))}\n")
+        assert aot.cpu_variants() == (expected, None)
+    cpuinfo.write_text("processor : 0\nflags\t\t: fpu sse4_2 ssse3\n")
+    assert aot.cpu_variants() == ([], "this CPU lacks cx16, popcnt (x86-64-v2)")
+    compiled, problem = aot._load_compiled("v3")
+    assert compiled is None and problem == ("the compiled kernels cannot run here: this CPU lacks cx16, popcnt "
+                                            "(x86-64-v2)")
+    cpuinfo.write_text(f"processor : 0\nflags\t\t: {' '.join(sorted(v2.cpu_flags))}\n")
+    compiled, problem = aot._load_compiled("v3")
+    assert compiled is None and problem == ("the compiled kernels cannot run here: this CPU cannot run v3 "
+                                            "(x86-64-v3)")
+    compiled, problem = aot._load_compiled()
+    assert problem is None and compiled.__name__ == "logkeeper.aot._kernels_v2"
+
+
 def test_a_helper_called_from_python_says_it_is_compiled_only(tmp_path: Path) -> None:
     code = ("import numpy as np\n"
             "from logkeeper.cleaner.siphash import key_hash\n"
@@ -136,13 +161,17 @@ print(json.dumps({"mode": aot.mode(), "end": end, "files": files, "decisions": r
 
 @pytest.mark.parametrize("seed", [3, 11])
 def test_compiled_and_jit_kernels_give_the_same_bytes(tmp_path: Path, seed: int) -> None:
+    """Every compiled variant this CPU runs, and the JIT."""
     results = {}
-    for mode in ("aot", "jit"):
+    variants = [f"aot-{v.name}" for v in aot.cpu_variants()[0]]
+    assert variants, "this CPU runs no compiled variant"
+    for mode in (*variants, "jit"):
         (tmp_path / mode).mkdir()
         done = run_python(WORKLOAD.replace("SEED", str(seed)).replace("sys.argv[1]", repr(str(tmp_path / mode))),
                           mode, tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert results["aot"]["mode"] == "aot" and results["jit"]["mode"] == "jit"
-    assert len(results["aot"]["files"]) >= 6  # several segments with their indexes
-    assert results["aot"] == {**results["jit"], "mode": "aot"}
+    assert results["jit"]["mode"] == "jit"
+    assert len(results["jit"]["files"]) >= 6  # several segments with their indexes
+    for variant in variants:
+        assert results[variant] == {**results["jit"], "mode": "aot"}, variant

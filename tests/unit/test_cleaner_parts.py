@@ -134,6 +134,44 @@ def test_offset_map_updates_and_latest_offset() -> None:
         m.put(b"one too many", 9)
 
 
+@pytest.mark.parametrize("slots", [4000, 8, 26])
+def test_the_map_marks_the_offsets_it_superseded(tmp_path: Path, slots: int) -> None:
+    """Each put that replaces a key's offset sets the replaced offset's bit: the cleaning pass
+    decides those records by the bitmap instead of a lookup. Covered: a whole map, a partial map
+    (it fills mid-section) and a bitmap shorter than the section (its tail falls to lookups)."""
+    from logkeeper.cleaner.cleaner import Cleaner
+    from logkeeper.cleaner.stats import CleanerStats
+
+    log = Log(tmp_path / "t-0", LogConfig.from_props({"segment.bytes": 600}), clock_ms=lambda: 0)
+    rng = random.Random(slots)
+    keys: list[bytes | None] = []
+    for _ in range(100):
+        batch = [(None if rng.random() < 0.1 else str(rng.randrange(12)).encode(), b"v")
+                 for _ in range(rng.randrange(1, 6))]
+        keys += [k for k, _ in batch]
+        append_kvs(log, batch)
+    log.roll()
+    m = SipHashOffsetMap(slots=slots, load_factor=0.5)  # 26 slots: all 12 keys fit, 208 offsets of bitmap
+    Cleaner(0, m, clock_ms=lambda: 0, load_factor=0.5).build_offset_map(log, 0, len(keys), m, CleanerStats())
+    later: set[int] = set()
+    latest_of: dict[bytes, int] = {}
+    for offset, key in enumerate(keys[:m.latest_offset + 1]):
+        if key is not None:
+            if key in latest_of:
+                later.add(latest_of[key])
+            latest_of[key] = offset
+    bits = np.unpackbits(m.superseded, bitorder="little")
+    assert m.superseded_base == 0 and m.superseded.shape[0] == min((len(keys) + 7) // 8, slots)
+    assert set(np.flatnonzero(bits).tolist()) == {o for o in later if o < bits.shape[0]}
+    if slots == 8:
+        assert m.latest_offset < len(keys) - 1  # the map filled: a partial map
+    if slots == 26:
+        assert m.latest_offset == len(keys) - 1 and bits.shape[0] < len(keys)
+    m.put(b"by hand", 99)
+    assert m.superseded.shape[0] == 0  # a map filled key by key has no bitmap
+    log.close()
+
+
 def test_each_map_and_each_round_draws_its_own_secret() -> None:
     a, b = SipHashOffsetMap(slots=16), SipHashOffsetMap(slots=16)
     assert (a.k0, a.k1) != (b.k0, b.k1)

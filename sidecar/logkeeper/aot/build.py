@@ -1,11 +1,11 @@
-"""Build ``logkeeper/aot/_kernels*.so``: every kernel with a signature, compiled ahead of time.
+"""Build ``logkeeper/aot/_kernels_<variant>*.so``: every kernel with a signature, compiled ahead of time.
 
 Run: ``python -m logkeeper.aot.build [--force]`` (``make setup`` does; so does the image build).
-Nothing is done when the module exists and matches the sources. It is compiled for x86-64-v2
-(SSE4.2 for the CRC instruction; any x86-64 CPU since about 2009) rather than this machine's CPU
-so that an image built here runs on any node; the kernels are scalar byte walks, which gain
-little from newer vector units. The module is written beside this file under a temporary name
-and renamed into place, so a process that has the old one loaded keeps running it.
+Each variant of ``logkeeper.aot.VARIANTS`` (an x86-64 instruction-set level, not this machine's
+CPU, so that an image built here runs on any node) is compiled by a process of its own, in
+parallel; nothing is done for a module that exists and matches the sources. A module is written
+beside this file under a temporary name and renamed into place, so a process that has the old
+one loaded keeps running it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,22 +22,33 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-TARGET_CPU = "x86-64-v2"
 
-
-def build(force: bool = False) -> Path | None:
+def build(force: bool = False) -> int:
+    """Build every variant that is missing or stale (all with ``force``), one process each;
+    return the number of failed builds."""
     os.environ["LOGKEEPER_KERNELS"] = "jit"  # the kernels as numba functions, registered
     from logkeeper import aot
 
     if platform.machine() not in ("x86_64", "AMD64"):
         print(f"logkeeper.aot.build: {platform.machine()} is not x86-64; numba compiles the kernels at run time")
-        return None
+        return 0
+    todo = [v for v in aot.VARIANTS if force or aot.load_variant(v)[0] is None]
+    children = [subprocess.Popen([sys.executable, "-m", "logkeeper.aot.build", "--variant", v.name])
+                for v in todo]
+    failed = [v.name for v, child in zip(todo, children) if child.wait() != 0]
+    if failed:
+        print(f"logkeeper.aot.build: the build of {', '.join(failed)} failed", file=sys.stderr)
+    return len(failed)
+
+
+def build_variant(name: str) -> Path:
+    """Compile every kernel for the variant ``name`` (this process imports numba)."""
+    os.environ["LOGKEEPER_KERNELS"] = "jit"
+    from logkeeper import aot
+
+    (variant,) = [v for v in aot.VARIANTS if v.name == name]
     here = Path(aot.__file__).parent
     stamp = aot.source_stamp()
-    if not force:
-        compiled, _problem = aot._load_compiled()
-        if compiled is not None:
-            return Path(compiled.__file__)  # current: nothing to do
     for module in aot.KERNEL_MODULES:
         importlib.import_module(module)
 
@@ -66,9 +78,9 @@ def build(force: bool = False) -> Path | None:
     with tempfile.TemporaryDirectory(dir=here) as tmp, warnings.catch_warnings():
         # numba.pycc is marked for a future removal; pinned numba (constraints.txt) still has it
         warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
-        cc = CC("_kernels")
+        cc = CC(aot.module_name(variant).rsplit(".", 1)[1])
         cc.output_dir = tmp
-        cc.target_cpu = TARGET_CPU
+        cc.target_cpu = variant.target_cpu
         cc.verbose = False
         for module, name, sig, dispatcher in aot.REGISTRY:
             cc.export(aot.export_name(module, name), numba_signature(sig))(dispatcher.py_func)
@@ -79,17 +91,20 @@ def build(force: bool = False) -> Path | None:
         (built,) = Path(tmp).glob("_kernels*")
         target = here / built.name
         os.replace(built, target)
-    print(f"logkeeper.aot.build: {len(aot.REGISTRY)} kernels compiled for {TARGET_CPU} into {target} "
+    print(f"logkeeper.aot.build: {len(aot.REGISTRY)} kernels compiled for {variant.target_cpu} into {target} "
           f"in {time.monotonic() - started:.0f} s")
     return target
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m logkeeper.aot.build", description=__doc__.split("\n")[0])
-    parser.add_argument("--force", action="store_true", help="rebuild even when the module is current")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the modules are current")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # one variant, in this process (build() runs it)
     args = parser.parse_args(argv)
-    build(force=args.force)
-    return 0
+    if args.variant:
+        build_variant(args.variant)
+        return 0
+    return 1 if build(force=args.force) else 0
 
 
 if __name__ == "__main__":

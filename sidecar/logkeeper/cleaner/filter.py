@@ -63,6 +63,7 @@ _BE32 = struct.Struct(">i")
 _BEU32 = struct.Struct(">I")
 _NO_TABLE = np.full((1, 3), -1, dtype=np.int64)
 _NO_OFFSETS = np.zeros(0, dtype=np.int64)
+_NO_BITS = np.zeros(0, dtype=np.uint8)
 
 KeyDecisions = SipHashOffsetMap | ExactDecisions
 
@@ -172,15 +173,17 @@ class SegmentFilter:
             exact, table, k0, k1 = True, _NO_TABLE, np.uint64(0), np.uint64(0)
             kept_offsets, superseded = offset_map.kept, offset_map.superseded
             first_dirty = offset_map.first_dirty_offset
+            bits, bits_base = _NO_BITS, 0
         else:
             exact, table, k0, k1 = False, offset_map.table, offset_map.k0, offset_map.k1
             kept_offsets, superseded, first_dirty = _NO_OFFSETS, _NO_OFFSETS, 0
+            bits, bits_base = offset_map.superseded, offset_map.superseded_base
         err, err_pos, err_row, detail = fk.decide_kernel(
             view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
             t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep, rec_pos,
             table, k0, k1, np.int64(offset_map.latest_offset),
             np.int64(self.now_ms), n_read, n_kept, has_tomb, kept_max_ts, first_kept_ts, n_invalid,
-            exact, kept_offsets, superseded, np.int64(first_dirty))
+            exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base))
         if err:
             row = int(err_row)
             where = int(t.position[lo + row]) if areas.in_dbuf[row] else int(err_pos)

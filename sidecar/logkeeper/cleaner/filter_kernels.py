@@ -14,10 +14,13 @@ mode:
                                                   tombstone (value null and now >= horizon);
                                                   unkeyed records are dropped and counted
 
-The map's offset for a key (``found``) comes from the SipHash offset map (``exact`` false: keys
-hashed in phase 1, probed in phase 2), or, with ``exact`` true, from decisions made by exact key
-outside (cleaner/exact.py: the sorted ``kept`` and ``superseded`` offsets, walked with a cursor;
-no key is hashed). Everything else is the same code for both.
+The map's offset for a key (``found``) comes from the SipHash offset map (``exact`` false), or,
+with ``exact`` true, from decisions made by exact key outside (cleaner/exact.py: the sorted
+``kept`` and ``superseded`` offsets, walked with a cursor; no key is hashed). Everything else is
+the same code for both. With the offset map, a record whose offset lies in the map's superseded
+bitmap (``superseded`` from ``superseded_base``: the offsets the map was built from, see
+offset_map.py) needs no lookup: found is the record's own offset unless its bit is set (a later
+offset of its key was put). Any other record's key is hashed in phase 1 and probed in phase 2.
 
 Per batch it returns records read, records kept, whether a kept record is a tombstone, the
 largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the
@@ -77,14 +80,15 @@ MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timesta
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
-        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8 -> (i8, i8, i8, i8)")
+        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8, u1[], i8 -> (i8, i8, i8, i8)")
 def decide_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
     log_append_time, horizon, mode, keep_base, keep, rec_pos,
     table, k0, k1, latest, now,
     n_read, n_kept, has_tombstone, kept_max_ts, first_kept_ts, n_invalid,
-    exact, kept_offsets, superseded_offsets, first_dirty,
+    exact, kept_offsets, superseded_offsets, first_dirty, superseded_bits, superseded_base,
 ):
+    bitmap_end = superseded_base + superseded_bits.shape[0] * 8
     # cursors into the exact decisions: records come in offset order within a window
     kc = np.searchsorted(kept_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
     sc = np.searchsorted(superseded_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
@@ -152,7 +156,8 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             stamps[j] = batch_max_ts if lat else batch_base_ts + ts_delta
             key_lens[j] = key_len
             value_lens[j] = value_len
-            if not exact and m == MODE_DATA and offset <= latest and key_len >= 0:
+            if not exact and m == MODE_DATA and offset <= latest and key_len >= 0 and not (
+                    superseded_base <= offset < bitmap_end):
                 h1s[j], h2s[j] = key_hash(src, key_pos, key_len, k0, k1)
             p = rec_end
         if p != e:
@@ -176,7 +181,11 @@ def decide_kernel(  # type: ignore[no-untyped-def]
                 else:
                     o = offsets[j]
                     if not exact:
-                        found = map_get(table, h1s[j], h2s[j])
+                        if superseded_base <= o < bitmap_end:
+                            d = o - superseded_base
+                            found = o + 1 if (superseded_bits[d >> 3] >> (d & 7)) & 1 else o
+                        else:
+                            found = map_get(table, h1s[j], h2s[j])
                     elif o >= first_dirty:
                         while kc < n_kept_offsets and kept_offsets[kc] < o:
                             kc += 1

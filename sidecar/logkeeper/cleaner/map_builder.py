@@ -57,9 +57,9 @@ class MapBuilder:
         # The table is sized for the keyed records that may go into the map, bounded without
         # reading a byte: by the offsets each dirty segment spans (dense, as appended) and, for
         # sparse offsets, by its bytes (a record takes at least MIN_RECORD_SIZE).
-        offset_map.prepare(sum(min(nxt - max(start, seg.base_offset),
-                                   (seg.size_in_bytes - position) // MIN_RECORD_SIZE + 1)
-                               for seg, position, nxt in zip(dirty, positions, next_starts)))
+        max_keys = sum(min(nxt - max(start, seg.base_offset), (seg.size_in_bytes - position) // MIN_RECORD_SIZE + 1)
+                       for seg, position, nxt in zip(dirty, positions, next_starts))
+        offset_map.prepare(max_keys, start, end)
         for seg, position, next_start in zip(dirty, positions, next_starts):
             self.check_done()
             with SegmentView(seg, position) as view:
@@ -99,7 +99,8 @@ class MapBuilder:
                     t.base_offset[lo:hi], last_offsets[lo:hi], mode[lo:hi], row, start,
                     offset_map.table, offset_map.k0, offset_map.k1, np.int64(entries),
                     np.int64(max_entries), np.int64(offset_map.grow_at),
-                    offset_map.table.shape[0] < offset_map.slots_limit, np.int64(latest))
+                    offset_map.table.shape[0] < offset_map.slots_limit, np.int64(latest),
+                    offset_map.superseded, np.int64(offset_map.superseded_base))
                 stats.index_messages_read(int(counted))
                 if status == mk.NEED_GROW:
                     offset_map.set_state(int(entries), int(latest))

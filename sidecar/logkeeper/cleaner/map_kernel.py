@@ -23,6 +23,9 @@ is done in two phases: its records are parsed and their keys hashed first, then 
 order; the table loads of the second phase do not depend on each other, so their cache misses
 overlap (1M puts into a table larger than the cache: ~50 ms, against ~120 ms interleaved). Returns
 (status, row, entries, latest offset, records counted, error code, error position, detail).
+
+A put that replaces a key's offset sets the replaced offset's bit in ``superseded`` (bit
+``offset - superseded_base``, when within the bitmap; see offset_map.py), for the cleaning pass.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from ..records.scan_kernels import (
     _varint,
     _varlong,
 )
-from .offset_map import map_put
+from .offset_map import EMPTY, TABLE_FULL, map_put
 from .siphash import key_hash
 
 DONE = 0
@@ -54,12 +57,14 @@ MODE_CONTROL = 2
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i1[], i8, i8, i8[][], u8, u8, i8, i8, i8, b, "
-        "i8 -> (i8, i8, i8, i8, i8, i8, i8, i8)")
+        "i8, u1[], i8 -> (i8, i8, i8, i8, i8, i8, i8, i8)")
 def map_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, last_offset, mode,
     row0, start_offset, table, k0, k1, entries, max_entries, grow_at, can_grow, latest,
+    superseded, superseded_base,
 ):
     n = area_start.shape[0]
+    superseded_bits = superseded.shape[0] * 8
     scratch = 1
     for r in range(row0, n):
         scratch = max(scratch, record_count[r])
@@ -118,10 +123,15 @@ def map_kernel(  # type: ignore[no-untyped-def]
                 if keyed[j]:
                     if entries >= max_entries:
                         return FULL, r, entries, latest, counted, ERR_NONE, np.int64(0), np.int64(0)
-                    added = map_put(table, h1s[j], h2s[j], offsets[j])
-                    if added < 0:  # cannot happen: tables are sized for every key that can come
+                    replaced = map_put(table, h1s[j], h2s[j], offsets[j])
+                    if replaced == EMPTY:
+                        entries += 1
+                    elif replaced == TABLE_FULL:  # cannot happen: tables are sized for every key
                         return FULL, r, entries, latest, counted, ERR_NONE, np.int64(0), np.int64(0)
-                    entries += added
+                    else:
+                        d = replaced - superseded_base
+                        if d >= 0 and d < superseded_bits:
+                            superseded[d >> 3] |= np.uint8(1 << (d & 7))
                     latest = offsets[j]
                 counted += 1
         if last_offset[r] >= start_offset:

@@ -34,6 +34,16 @@ A small dirty section thus probes a small, cache-resident table (1M records with
 36 ms of inserts in a 256k-slot table against 140 ms in a 5.6M-slot one, measured here).
 
 A fresh random SipHash secret is drawn on every ``clear``.
+
+Superseded offsets. While a round's map is built (map_kernel), each put that replaces a key's
+offset marks the replaced offset in ``superseded``, a bitmap over the dirty offsets from
+``superseded_base`` (bit ``o - base``). The cleaning pass then decides a mapped record by its bit
+(set: a later record of its key exists) without hashing its key or probing the table again,
+which is what a lookup would answer: the record stays iff no later offset of its key was put.
+Offsets outside the bitmap (the clean section below the base, a dirty section longer than the
+bitmap) are looked up in the table. The bitmap is round scratch beside the table: one bit a
+dirty offset, at most one byte a slot of capacity (1/24 of the map's memory), sized by
+``prepare``; a map filled key by key (``put``) has none.
 """
 
 from __future__ import annotations
@@ -48,10 +58,13 @@ from .siphash import key_hash, new_secret
 
 BYTES_PER_SLOT = 24
 EMPTY = -1
+TABLE_FULL = -2  # map_put found no free slot
 _MIN_SLOTS = 1 << 16
 GROW_LOAD = 0.7  # a growing table doubles at this load
 
 Table = npt.NDArray[np.int64]
+Bits = npt.NDArray[np.uint8]
+_NO_BITS = np.zeros(0, dtype=np.uint8)
 
 
 @runtime_checkable
@@ -107,7 +120,8 @@ def map_get(table, h1, h2):  # type: ignore[no-untyped-def]
 
 @kernel()
 def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
-    """Store offset under (h1, h2); 1 when the key is new, 0 when it was updated, -1 if full."""
+    """Store offset under (h1, h2); return the offset it replaced, EMPTY when the key is new,
+    TABLE_FULL when no slot is free."""
     slots = table.shape[0]
     i = home_slot(h1, slots)
     for _ in range(slots):
@@ -116,14 +130,14 @@ def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
             table[i, 0] = h1
             table[i, 1] = h2
             table[i, 2] = offset
-            return 1
+            return np.int64(EMPTY)
         if table[i, 0] == h1 and table[i, 1] == h2:
             table[i, 2] = offset
-            return 0
+            return off
         i += 1
         if i == slots:
             i = 0
-    return -1
+    return np.int64(TABLE_FULL)
 
 
 @kernel("i8[][], i8[][] -> none")
@@ -159,6 +173,8 @@ class SipHashOffsetMap:
         self._capacity = capacity
         self.load_factor = load_factor
         self._table: Table = np.empty((0, 3), dtype=np.int64)
+        self._superseded: Bits = _NO_BITS
+        self._superseded_base = 0
         self._size = 0
         self._latest = -1
         self._limit = capacity
@@ -196,8 +212,9 @@ class SipHashOffsetMap:
             return self.max_entries
         return int(self._table.shape[0] * GROW_LOAD)
 
-    def prepare(self, max_new_keys: int) -> None:
-        """Clear the map and size its table for at most ``max_new_keys`` distinct keys."""
+    def prepare(self, max_new_keys: int, first_offset: int = 0, end_offset: int = 0) -> None:
+        """Clear the map, size its table for at most ``max_new_keys`` distinct keys and its
+        superseded bitmap for the offsets [first_offset, end_offset) (within its bound)."""
         needed = int(max_new_keys / GROW_LOAD) + 1
         if needed * 3 >= self._capacity:
             self._limit = slots = self._capacity
@@ -207,6 +224,9 @@ class SipHashOffsetMap:
         if self._table.shape[0] != slots:
             self._table = np.empty((0, 3), dtype=np.int64)  # release before allocating
             self._table = np.empty((slots, 3), dtype=np.int64)
+        nbytes = min((max(0, end_offset - first_offset) + 7) // 8, self._capacity)
+        self._superseded = np.zeros(nbytes, dtype=np.uint8) if nbytes else _NO_BITS
+        self._superseded_base = first_offset
         self.clear()
 
     def grow(self) -> bool:
@@ -221,11 +241,21 @@ class SipHashOffsetMap:
 
     def clear(self) -> None:
         self._table[:, 2] = EMPTY
+        self._superseded.fill(0)
         self._size = 0
         self._latest = -1
         self.k0, self.k1 = new_secret()
 
     # ---------------------------------------------------------------- state shared with kernels
+    @property
+    def superseded(self) -> Bits:
+        """The superseded-offset bitmap of this round (see the module docstring); may be empty."""
+        return self._superseded
+
+    @property
+    def superseded_base(self) -> int:
+        return self._superseded_base
+
     @property
     def size(self) -> int:
         return self._size
@@ -254,11 +284,13 @@ class SipHashOffsetMap:
         if self._size >= int(slots * GROW_LOAD) and slots < self._capacity:
             self._limit = max(self._limit, min(self._capacity, slots * 2))  # beyond prepare()'s bound
             self.grow()
+        self._superseded = _NO_BITS  # only map_kernel keeps the bitmap; lookups then decide
         buf = np.frombuffer(key or b"\x00", dtype=np.uint8)
-        added = int(_put_key(self._table, buf, 0, len(key), self.k0, self.k1, offset))
-        if added < 0:
+        replaced = int(_put_key(self._table, buf, 0, len(key), self.k0, self.k1, offset))
+        if replaced == TABLE_FULL:
             raise ValueError(f"offset map table of {self._table.shape[0]} slots is full")
-        self._size += added
+        if replaced == EMPTY:
+            self._size += 1
         self._latest = offset
 
     def get(self, key: bytes) -> int:

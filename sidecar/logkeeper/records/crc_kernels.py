@@ -25,7 +25,8 @@ from ..aot import kernel
 _crc32_u64 = aot.intrinsic("crc32_u64")
 _crc32_u8 = aot.intrinsic("crc32_u8")
 _load64 = aot.intrinsic("load64")
-# the compiled module is x86-64-v2 code, checked to run on this CPU before it is used
+# the compiled modules are x86-64-v2 code or newer (SSE4.2 included), checked to run on this CPU
+# before one is used
 HAVE_HW_CRC = aot.mode() == "aot" or aot.intrinsic("host_has_sse42")()
 
 
