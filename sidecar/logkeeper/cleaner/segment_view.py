@@ -57,13 +57,23 @@ class SegmentView:
             self._mm.madvise(mmap.MADV_SEQUENTIAL)
             self.buf = np.frombuffer(self._mm, dtype=np.uint8)
         start = min(self.start_position, self.end_position)
-        self.table = scan_batches(self.buf, start, self.end_position) if self.size else self.table
+        if self.size:
+            shared = self._shared_table(start)
+            self.table = shared if shared is not None else scan_batches(self.buf, start, self.end_position)
         if self.size and self.table.stop_reason != ScanStop.END:
             reason = self.table.stop_reason.name.lower().replace("_", " ")
             raise CorruptRecordError(
                 self.table.stop_position, f"{reason}: the cleaner cannot read the segment to its end",
                 self.path)
         return self
+
+    def _shared_table(self, start: int) -> BatchTable | None:
+        """For a view of the whole file, the table its log's other readers share (FileRecords.scan)
+        when it covers exactly the mapped bytes (not a file grown since the view was made)."""
+        if start != 0 or self.end_position != self.size:
+            return None
+        table = self.segment.log.scan()
+        return table if table.stop_position == self.size and table.stop_reason == ScanStop.END else None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

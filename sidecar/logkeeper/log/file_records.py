@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
 from ..records.batch import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC, BatchHeader
 from ..records.scan import BatchTable, scan_batches
+from . import scan_cache
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -55,6 +56,7 @@ class FileRecords:
         self._writable = writable
         self._size = os.fstat(self._fd).st_size if size is None else size
         self._lock = threading.Lock()
+        self._version = scan_cache.new_version()  # drawn anew on every change (scan_cache.py)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -89,6 +91,7 @@ class FileRecords:
             if written != size:
                 _finish_write(self._fd, data, header, position, written)
             self._size = position + size
+            self._version = scan_cache.new_version()
             return position
         finally:
             self._lock.release()
@@ -106,6 +109,7 @@ class FileRecords:
             removed = self._size - target_size
             os.ftruncate(self._fd, target_size)
             self._size = target_size
+            self._version = scan_cache.new_version()
             return removed
 
     def close(self) -> None:
@@ -181,10 +185,19 @@ class FileRecords:
                 pass
 
     def scan(self, start: int = 0) -> BatchTable:
-        """Header columns of every batch from ``start`` (stops at a torn tail or corruption)."""
+        """Header columns of every batch from ``start`` (stops at a torn tail or corruption). The
+        table of a whole file is shared (scan_cache.py): its columns are read-only."""
+        version = self._version  # before mapping: a table is never newer than its version's bytes
+        if start == 0:
+            cached = scan_cache.get(version)
+            if cached is not None:
+                return cached
         with self.mapped() as buf:
             # the mapped length, not self._size: an append may grow the file meanwhile
-            return scan_batches(buf, start, buf.shape[0])
+            table = scan_batches(buf, start, buf.shape[0])
+        if start == 0:
+            scan_cache.put(version, table)
+        return table
 
     def search_for_offset(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
         """The first batch at or after ``starting_position`` whose last offset >= target."""
