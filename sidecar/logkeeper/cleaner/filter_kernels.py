@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aot import kernel
+from ..aot import intrinsic, kernel
 from ..records.crc_kernels import crc32c_range
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
@@ -62,7 +62,7 @@ from ..records.scan_kernels import (
     _varint,
     _varlong,
 )
-from .offset_map import map_get
+from .offset_map import home_slot, map_get
 from .siphash import key_hash
 
 MODE_DELETE = 0
@@ -74,6 +74,8 @@ ACTION_DROP = 0
 ACTION_ORIGINAL = 1
 ACTION_EMPTY = 2
 ACTION_REBUILD = 3
+
+_prefetch_row = intrinsic("prefetch_row")
 
 HEADER_SIZE = 61
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
@@ -159,6 +161,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             if not exact and m == MODE_DATA and offset <= latest and key_len >= 0 and not (
                     superseded_base <= offset < bitmap_end):
                 h1s[j], h2s[j] = key_hash(src, key_pos, key_len, k0, k1)
+                _prefetch_row(table, home_slot(h1s[j], table.shape[0]))  # probed in phase 2
             p = rec_end
         if p != e:
             return ERR_EXTRA_BYTES, p, r, e - p
