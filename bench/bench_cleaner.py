@@ -306,10 +306,11 @@ def main() -> None:
         base_mbps = base_n * (len(w1_data) / 1_000_000) / 1e6 / base_s
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         startup_s = best([timed_startup() for _ in range(5)])
-        kernels = subprocess.run([sys.executable, "-c", "from logkeeper import aot; print(aot.mode())"],
-                                 check=True, capture_output=True, text=True).stdout.strip()
-        kernels = {"aot": "compiled ahead of time (no numba in the process)",
-                   "jit": "numba's JIT (LOGKEEPER_KERNELS=jit or no compiled module)"}.get(kernels, kernels)
+        probe = "from logkeeper import aot; print(aot.mode(), getattr(aot._compiled, '__name__', ''))"
+        kernels_mode, _, module = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                                                 text=True).stdout.strip().partition(" ")
+        kernels = {"aot": f"compiled ahead of time ({module}; no numba in the process)",
+                   "jit": "numba's JIT (LOGKEEPER_KERNELS=jit or no compiled module)"}.get(kernels_mode, kernels_mode)
         m = SipHashOffsetMap(128 * 1024 * 1024)
         m.prepare(1 << 30)
         per_slot = m.memory_bytes / m.table.shape[0]
@@ -330,8 +331,9 @@ def main() -> None:
             f"baseline dict-of-MD5 Python cleaner: {base_mbps:.2f} MB/s ({base_n:,} records of W1 in "
             f"{base_s:.2f} s, scaled)",
             f"offset map: {BYTES_PER_SLOT} bytes a slot ({per_slot:.0f} measured: int64 [h1, h2, offset]); "
-            f"128 MiB / 1 thread = {m.capacity_slots:,} slots; largest resident set of this process: "
-            f"{peak_rss_mb:,.0f} MB",
+            f"128 MiB / 1 thread = {m.capacity_slots:,} slots; beside it, the round's superseded-offset "
+            f"bitmap: 1 bit a dirty offset (W1: 125,000 bytes), at most 1 byte a slot; largest resident set "
+            f"of this process: {peak_rss_mb:,.0f} MB",
             f"W1 target >= 300 MB/s as a whole `logkeeper clean` process: "
             f"{'met' if w1_process_mbps >= 300 else 'NOT met'} ({w1_process_mbps:,.0f} MB/s; in-process "
             f"{w1_mbps:,.0f} MB/s); the process's start-up (interpreter, imports: `python -c "

@@ -235,3 +235,43 @@ def test_close_trims_indexes_and_writes_final_time_entry(tmp_path: Path) -> None
     assert (tmp_path / "00000000000000000000.index").stat().st_size == 0
     raw = (tmp_path / "00000000000000000000.timeindex").read_bytes()
     assert raw == struct.pack(">qi", NOW_MS + 9, 1)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_appending_many_batches_at_once_indexes_as_one_at_a_time(tmp_path: Path, seed: int) -> None:
+    """A list of batches (the cleaner's windows) gets its index entries planned at once
+    (index_plan.py); they must be the entries, and the state, of appending the batches one by one,
+    whatever the segment held before: timestamps that rise, stall and fall, sizes around the
+    interval, a time index whose last entry is above the new batches' timestamps."""
+    import random
+
+    rng = random.Random(seed)
+    interval = rng.choice([1, 50, 200, 4096])
+    for d in ("one", "many"):
+        (tmp_path / d).mkdir()
+    one, many = seg_at(tmp_path / "one", interval=interval), seg_at(tmp_path / "many", interval=interval)
+    offset, ts = 40, NOW_MS
+    for _round in range(rng.randrange(1, 5)):
+        group: list[tuple[AppendedBatch, bytes]] = []
+        for _ in range(rng.randrange(1, 12)):
+            n = rng.randrange(1, 4)
+            ts += rng.choice([-5000, -1, 0, 0, 1, 7, 3000])
+            data = build_batch([Record(offset + i, ts + rng.randrange(0, 3), None, b"v" * rng.randrange(0, 90))
+                                for i in range(n)])
+            h = BatchHeader.parse(data)
+            group.append((AppendedBatch(h.last_offset, h.max_timestamp, h.size), data))
+            offset += n + rng.choice([0, 0, 2])
+        for batch, data in group:
+            one.append([batch], data)
+        many.append([b for b, _ in group], b"".join(d for _, d in group))
+        state = (one.bytes_since_last_index_entry, one.max_timestamp_so_far, one.offset_of_max_timestamp_so_far)
+        assert state == (many.bytes_since_last_index_entry, many.max_timestamp_so_far,
+                         many.offset_of_max_timestamp_so_far)
+        for index in ("offset_index", "time_index"):
+            a, b = getattr(one, index), getattr(many, index)
+            assert [a.entry(i) for i in range(a.entries)] == [b.entry(i) for i in range(b.entries)], index
+    one.close()
+    many.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        name = names.segment_file(Path(), 40, suffix).name
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), suffix

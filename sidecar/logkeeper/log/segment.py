@@ -30,7 +30,7 @@ from ..records.batch import NO_TIMESTAMP
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
 from .file_records import FileRecords, LogOffsetPosition
-from .index_plan import plan_index_entries
+from .index_plan import IndexPlan, IndexState, plan_index_entries
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,18 @@ class LogSegment:
         position = self.log.append(data, header)
         if position == 0 and self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = batches[0][1]
-        for last, max_ts, size in batches:
-            self._index_batch(position, last, max_ts, size)
-            position += size
+        if len(batches) == 1:
+            self._index_batch(position, *batches[0])
+            return
+        # many batches (the cleaner appends whole windows): their entries planned at once, by the
+        # same rule as _index_batch's, from the segment's current state
+        last_offsets, max_timestamps, sizes = (np.array(column, dtype=np.int64) for column in zip(*batches))
+        positions = np.empty(len(batches), dtype=np.int64)
+        positions[0] = position
+        np.cumsum(sizes[:-1], out=positions[1:])
+        positions[1:] += position
+        self._apply_plan(plan_index_entries(positions, sizes, last_offsets, max_timestamps,
+                                            self.index_interval_bytes, self._index_state()))
 
     def append_batch(self, data: bytes | bytearray | memoryview, header: bytes | None, last_offset: int,
                      max_timestamp: int) -> None:
@@ -294,8 +303,14 @@ class LogSegment:
     def _rebuild_indexes(self, positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
                          max_timestamps: np.ndarray) -> None:
         """Index entries exactly where appends would have put them (``index_plan.py``)."""
-        plan = plan_index_entries(positions, sizes, last_offsets, max_timestamps,
-                                  self.index_interval_bytes, self.base_offset)
+        self._apply_plan(plan_index_entries(positions, sizes, last_offsets, max_timestamps,
+                                            self.index_interval_bytes, IndexState.empty(self.base_offset)))
+
+    def _index_state(self) -> IndexState:
+        return IndexState(self.bytes_since_last_index_entry, self.max_timestamp_so_far,
+                          self.offset_of_max_timestamp_so_far, self.time_index.last_entry.timestamp)
+
+    def _apply_plan(self, plan: IndexPlan) -> None:
         self.offset_index.append_many(*plan.offset_entries)
         self.time_index.append_many(*plan.time_entries)
         self.bytes_since_last_index_entry = plan.bytes_since_last_entry
