@@ -140,23 +140,13 @@ class LogSegment:
 
     def append_batch(self, data: bytes | bytearray | memoryview, header: bytes | None, last_offset: int,
                      max_timestamp: int) -> None:
-        """``append`` of one whole batch (the common produce request), without the list; its
-        ``_index_batch`` is written out here (a call less on every append of the common request)."""
+        """``append`` of one whole batch (the common produce request), without the list."""
         if not 0 <= last_offset - self.base_offset <= INT32_MAX:
             raise LogSegmentOffsetOverflowError(self.base_offset, last_offset, str(self.log.path))
         position = self.log.append(data, header)
         if position == 0 and self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = max_timestamp
-        # _index_batch(position, last_offset, max_timestamp, len(data)):
-        if max_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = max_timestamp
-            self.offset_of_max_timestamp_so_far = last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
-            self.bytes_since_last_index_entry = len(data)
-        else:
-            self.bytes_since_last_index_entry += len(data)
+        self._index_batch(position, last_offset, max_timestamp, len(data))
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         """The index entries due before the batch at ``position`` (see the module docstring)."""
@@ -237,13 +227,9 @@ class LogSegment:
         size = self.log.size_in_bytes
         if size > segment_bytes - batches_bytes:
             return "segment.bytes"
-        if size > 0:
-            # time_waited_for_roll, written out for the common case (a call less on every append)
-            ts = self._rolling_based_timestamp
-            waited = max_timestamp_in_batches - ts if ts is not None and ts >= 0 else \
-                self.time_waited_for_roll(now_ms, max_timestamp_in_batches)
-            if waited > segment_ms - self.rolling_jitter_ms:
-                return "segment.ms"
+        if size > 0 and self.time_waited_for_roll(now_ms, max_timestamp_in_batches) > (
+                segment_ms - self.rolling_jitter_ms):
+            return "segment.ms"
         if self.offset_index.is_full():
             return "offset index full"
         if self.time_index.is_full():
