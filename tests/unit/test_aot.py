@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from logkeeper import aot
-from logkeeper.aot.signatures import Signature, Type, parse
+from logkeeper.aot.signatures import BYTES, Signature, Type, parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,9 @@ def run_python(code: str, mode: str | None, tmp_path: Path) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k != aot.ENV}
     if mode is not None:
         env[aot.ENV] = mode
-    env["PYTHONPATH"] = str(REPO)
+    # this tree's sidecar first: the venv's editable install may point at another checkout (a worktree's tests
+    # must run the worktree's kernels)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "sidecar"), str(REPO)])
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=600)
 
@@ -33,9 +35,11 @@ def test_signature_notation() -> None:
                             (Type("int64", 1), Type("uint64", 0)))
     assert parse("i8[], i8 -> none").result is None
     assert parse(" -> i4").args == ()
-    for bad in ("u1[] i8 -> i8", "f8 -> i8", "i8[[]] -> i8", "i8[][][] -> i8", "i8"):
+    for bad in ("u1[] i8 -> i8", "f8 -> i8", "i8[[]] -> i8", "i8[][][] -> i8", "i8", "i8 -> bytes",
+                "i8 -> (i8, bytes)"):
         with pytest.raises(ValueError, match="kernel signature"):
             parse(bad)
+    assert parse("bytes, i8 -> i8").args == (BYTES, Type("int64", 0))
 
 
 def test_the_guard_checks_every_array_argument() -> None:
@@ -54,6 +58,47 @@ def test_the_guard_checks_every_array_argument() -> None:
     with pytest.raises(TypeError, match="takes 3 arguments, got 2"):
         guarded(good[0], good[1])
     assert len(calls) == 1
+
+
+def test_the_guard_takes_exactly_bytes_for_a_bytes_argument() -> None:
+    """A bytes argument is read as raw memory: a bytearray, a memoryview (perhaps strided) or an
+    array would be read as whatever its buffer holds, so only bytes itself passes."""
+    guarded = aot._guarded(lambda *a: len(a[0]), "logkeeper.x.k", parse("bytes, i8 -> i8"))
+    assert guarded(b"abc", 1) == 3
+
+    class Sub(bytes):
+        pass
+
+    for bad in (bytearray(b"abc"), memoryview(b"abcdef")[::2], np.zeros(3, np.uint8), Sub(b"abc"), "abc"):
+        with pytest.raises(TypeError, match=r"logkeeper.x.k: argument 0 must be bytes, got"):
+            guarded(bad, 1)
+
+
+def test_unchecked_is_the_compiled_function_behind_the_guard() -> None:
+    """``aot.unchecked`` skips the guard (for a hot path that built its arguments itself); the
+    public name stays guarded."""
+    from logkeeper.records import append_kernels
+
+    raw = aot.unchecked(append_kernels.check_plain)
+    if aot.mode() == "aot":
+        assert raw is not append_kernels.check_plain
+        with pytest.raises(TypeError, match="argument 0 must be bytes, got bytearray"):
+            append_kernels.check_plain(bytearray(100), 1 << 20, 0, 0, 0, False)
+    assert raw(bytes(100), 1 << 20, 0, 0, 0, False) == (0, 0)  # not a batch: not the plain request
+    plain = aot.unchecked(lambda: 1)
+    assert plain() == 1  # a function without a guard is itself
+
+
+def test_kernels_marked_without_nrt_are_compiled_so(tmp_path: Path) -> None:
+    """``nrt=False`` reaches numba (JIT here; the build reads the same option from the
+    dispatchers): the append check's kernels count no references."""
+    code = ("from logkeeper import aot\n"
+            "from logkeeper.records import append_kernels, scan_kernels\n"
+            "print(*(k.targetoptions.get('_nrt') for k in (append_kernels.check_batch, append_kernels.check_plain,\n"
+            "                                               scan_kernels.check_kernel, scan_kernels.walk_kernel)))")
+    done = run_python(code, "jit", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "False", "True"]
 
 
 def test_the_compiled_module_is_built_current_and_used_without_numba(tmp_path: Path) -> None:

@@ -26,10 +26,31 @@ def test_range_matches_package(data: bytes, start: int) -> None:
         assert int(C.crc32c_range(buf, start, len(data))) == expected
 
 
-@pytest.mark.parametrize("size", [2047, 2048, 2049, 2071, 2072, 2073, 16_753, 1 << 20])
+def test_shift_tables_hold_the_powers_x8n_computes() -> None:
+    """The split's shift for a part of n bytes, one product of two table entries below 32 KiB,
+    equals x^(8n) by repeated squaring (zlib's way), for every table entry and a few products."""
+    low, high = C._shift_tables()
+
+    def x8n(n: int) -> int:
+        power, k = 0x80000000, 3
+        while n:
+            if n & 1:
+                power = C._mult_py(int(C._X2N[k & 31]), power)
+            n >>= 1
+            k += 1
+        return power
+
+    assert [int(v) for v in low] == [x8n(8 * j) for j in range(64)]
+    assert [int(v) for v in high] == [x8n(512 * i) for i in range(64)]
+    for n in (8, 5576, 16_384, 32_760):
+        assert C._mult_py(int(high[n >> 9]), int(low[(n >> 3) & 63])) == x8n(n)
+
+
+@pytest.mark.parametrize("size", [2047, 2048, 2049, 2071, 2072, 2073, 16_753, 98_280, 98_304, 98_328, 1 << 20])
 def test_split_range_and_table_match_package(size: int) -> None:
-    """Ranges long enough to run as three joined chains, every tail length around the cut; the
-    byte table (CPUs without the instruction) on the same bytes."""
+    """Ranges long enough to run as three joined chains, every tail length around the cut, parts
+    on both sides of the shift tables' 32 KiB; the byte table (CPUs without the instruction) on
+    the same bytes."""
     data = np.random.default_rng(size).integers(0, 256, size + 7, dtype=np.uint8)
     for start in range(0, 8):
         expected = crc32c.crc32c(data[start:size].tobytes())

@@ -19,7 +19,17 @@ Kernel modules mark their functions with :func:`kernel` instead of ``numba.njit`
   (see :mod:`.signatures`). Ahead of time, the name is bound to the compiled function behind a
   guard that checks every array argument's dtype, dimensions and C-contiguity — the compiled
   code trusts its arguments as they are (a wrong dtype would read the wrong bytes, not raise);
-- ``@kernel()`` / ``@kernel(inline=True)``: a helper only ever called from other kernels.
+- ``@kernel()`` / ``@kernel(inline=True)``: a helper only ever called from other kernels;
+- ``@kernel("...", nrt=False)``: compiled without numba's reference counting, for a kernel that
+  creates no array. Numba counts references to the arrays a kernel passes around, and where a
+  helper taking an array is inlined into a loop that is an atomic increment and decrement each
+  time round (per record in the append check: about 0.25 µs a 16 KiB batch). A kernel that
+  creates an array does not compile this way (numba refuses), so the flag cannot be wrong
+  silently.
+
+A hot path that built its arguments itself (say ``np.frombuffer`` of the bytes it checked) may
+call :func:`unchecked` of a kernel: the compiled function without the guard's checks (about
+0.35 µs a call). Everything else calls the guarded name.
 
 Which mode a process runs in (:func:`mode`): ``LOGKEEPER_KERNELS=jit`` forces numba's JIT (with
 its on-disk cache); ``aot`` requires a compiled module and fails naming why it cannot be used;
@@ -40,7 +50,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .signatures import Signature, parse
+from .signatures import BYTES, Signature, parse
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +176,8 @@ def mode() -> str:
     return _mode
 
 
-def kernel(signature: str | None = None, *, inline: bool = False) -> Callable[[Callable[..., Any]], Any]:
+def kernel(signature: str | None = None, *, inline: bool = False, nrt: bool = True
+           ) -> Callable[[Callable[..., Any]], Any]:
     """Mark a kernel (see the module docstring)."""
     sig = parse(signature) if signature is not None else None
 
@@ -174,7 +185,10 @@ def kernel(signature: str | None = None, *, inline: bool = False) -> Callable[[C
         if mode() == "jit":
             from numba import njit  # only here: importing numba is what the compiled module saves
 
-            dispatcher = njit(cache=True, nogil=True, inline="always" if inline else "never")(fn)
+            # _nrt: numba's (underscored) target option for reference counting
+            options: dict[str, Any] = {"cache": True, "nogil": True, "inline": "always" if inline else "never",
+                                       "_nrt": nrt}
+            dispatcher = njit(**options)(fn)
             if sig is not None:
                 REGISTRY.append((fn.__module__, fn.__name__, sig, dispatcher))
             return dispatcher
@@ -212,13 +226,28 @@ def _helper_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     return unavailable
 
 
+def unchecked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled function behind the kernel ``fn`` without the guard's argument checks (or,
+    with numba's JIT, the dispatcher itself, which checks its arguments by typing them). For a
+    caller that makes its arguments the right types by construction; a wrong array passed to
+    it is read as the wrong bytes, not refused."""
+    raw: Callable[..., Any] = getattr(fn, "unchecked", fn)
+    return raw
+
+
 def _guarded(compiled: Callable[..., Any], qualname: str, sig: Signature) -> Callable[..., Any]:
-    arrays = tuple((i, np.dtype(a.dtype), a.ndim) for i, a in enumerate(sig.args) if a.ndim)
+    arrays = tuple((i, np.dtype(a.dtype), a.ndim) for i, a in enumerate(sig.args) if a.ndim and a != BYTES)
+    # bytes exactly: a subclass or another buffer (a strided memoryview, an int64 array) would
+    # be read as its raw memory
+    exact_bytes = tuple(i for i, a in enumerate(sig.args) if a == BYTES)
     nargs = len(sig.args)
 
     def call(*args: Any) -> Any:
         if len(args) != nargs:
             raise TypeError(f"{qualname} takes {nargs} arguments, got {len(args)}")
+        for i in exact_bytes:
+            if type(args[i]) is not bytes:
+                raise TypeError(f"{qualname}: argument {i} must be bytes, got {type(args[i]).__name__}")
         for i, dtype, ndim in arrays:
             a = args[i]
             if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim or not a.flags.c_contiguous:
@@ -230,4 +259,5 @@ def _guarded(compiled: Callable[..., Any], qualname: str, sig: Signature) -> Cal
 
     call.__name__ = qualname.rsplit(".", 1)[1]
     call.__qualname__ = qualname
+    call.unchecked = compiled  # type: ignore[attr-defined]  # see unchecked()
     return call

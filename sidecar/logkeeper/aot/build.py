@@ -61,6 +61,8 @@ def build_variant(name: str) -> Path:
     from .signatures import numba_signature
 
     compile_once = pycc_compiler.compile_extra
+    # kernels marked @kernel(..., nrt=False): compiled without reference counting here too
+    without_nrt = {d.py_func for _m, _n, _s, d in aot.REGISTRY if d.targetoptions.get("_nrt") is False}
 
     def compile_like_njit(typingctx: Any, targetctx: Any, func: Any, args: Any, return_type: Any, flags: Any,
                           locals: Any, **kw: Any) -> Any:
@@ -71,6 +73,8 @@ def build_variant(name: str) -> Path:
         cpu.CPUTargetOptions.parse_as_flags(fresh, {"nopython": True, "nogil": True})
         for name in ("no_compile", "nrt", "no_cpython_wrapper", "no_cfunc_wrapper"):
             setattr(fresh, name, getattr(flags, name))
+        if func in without_nrt:
+            setattr(fresh, "nrt", False)  # noqa: B010 (Flags' options are set by name: mypy reads its __slots__)
         return compile_once(typingctx, targetctx, func, args, return_type, fresh, locals, **kw)
 
     pycc_compiler.compile_extra = compile_like_njit

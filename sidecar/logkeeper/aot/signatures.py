@@ -3,6 +3,10 @@
 ``"u1[], i8[], i8[][], i8, b -> (i8, i8)"``: arguments, then the result. A scalar is ``i1 i2 i4 i8
 u1 u4 u8 b`` (int8 ... uint64, bool); ``X[]`` a 1-D and ``X[][]`` a 2-D C-contiguous array of X;
 the result is one of those, ``none``, or a tuple of them in parentheses.
+
+An argument may also be ``bytes``: a Python ``bytes`` object, read by the kernel as a read-only
+1-D uint8 array. It saves the caller an ``np.frombuffer`` (about 0.4 µs, as much as the rest of
+a call) on a hot path whose data arrives as ``bytes`` (a produce request's records).
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ SCALARS = {"i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uin
 
 
 class Type(NamedTuple):
-    dtype: str  # numpy's name
-    ndim: int  # 0 for a scalar
+    dtype: str  # numpy's name, or "bytes"
+    ndim: int  # 0 for a scalar; 1 for bytes
+
+
+BYTES = Type("bytes", 1)
 
 
 class Signature(NamedTuple):
@@ -25,6 +32,8 @@ class Signature(NamedTuple):
 
 def _type(token: str, text: str) -> Type:
     token = token.strip()
+    if token == "bytes":
+        return BYTES
     base, bracket, dims = token.partition("[")
     ndim = (bracket + dims).count("[]")
     if base not in SCALARS or len(bracket + dims) != 2 * ndim or ndim > 2:
@@ -45,6 +54,8 @@ def parse(text: str) -> Signature:
         result = tuple(_type(t, text) for t in result_text[1:-1].split(","))
     else:
         result = _type(result_text, text)
+    if BYTES in ((result,) if isinstance(result, Type) else result or ()):
+        raise ValueError(f"kernel signature {text!r}: bytes is an argument type only")
     return Signature(args, result)
 
 
@@ -53,6 +64,8 @@ def numba_signature(sig: Signature) -> Any:
     from numba import types
 
     def nb(t: Type) -> Any:
+        if t == BYTES:
+            return types.Bytes(types.uint8, 1, "C", readonly=True)
         scalar = types.boolean if t.dtype == "bool" else getattr(types, t.dtype)
         return types.Array(scalar, t.ndim, "C") if t.ndim else scalar
 

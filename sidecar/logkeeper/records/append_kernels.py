@@ -3,8 +3,15 @@
 Why one call: an append of a 16 KiB batch costs about 12 µs of ``write``; parsing the header
 in Python, a call of the ``crc32c`` package and the record walk as three steps cost as much
 again. Here the header is read, the CRC computed (``crc_kernels.crc32c_any``: three chains of
-the CRC instruction) and the records walked (``scan_kernels.check_kernel``) in one ``nogil``
-call, which answers with a code and the few numbers the caller needs.
+the CRC instruction) and the records walked (``scan_kernels.check_records``, the loop of
+``check_kernel``) in one ``nogil`` call, which answers with a code and the few numbers the
+caller needs.
+
+``check_plain`` is the same check of the common produce request (one uncompressed CreateTime
+batch of no producer), taken as ``bytes`` and with the few checks of its shape that Python made
+before: the whole check before the write is one call. Both kernels inline ``_check_batch`` and
+the record walk (``scan_kernels.check_records``) and are compiled without reference counting
+(``aot``'s ``nrt=False``).
 
 The checks run in the order ``validator.py`` always had (Kafka's LogValidator's), so the first
 fault found is the one reported: the header (as ``BatchHeader.parse`` checks it), max.message.bytes, the CRC; from
@@ -37,7 +44,7 @@ _TIMESTAMP_TYPE_MASK = 0x08
 _CONTROL_FLAG = 0x20
 
 
-@kernel("u1[], i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8, i8, i8, i8, i8)")
+@kernel("u1[], i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8, i8, i8, i8, i8)", nrt=False)
 def check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, compact):  # type: ignore[no-untyped-def]
     """Check the batch at ``pos`` of ``buf`` (the request); returns (code, err_pos, detail,
     size, max_timestamp, last_offset_delta, record_count, header_max_timestamp), all int64.
@@ -48,8 +55,15 @@ def check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, com
     largest for a client's CreateTime batch, the header's otherwise (valid when ``code`` is 0
     or ``COMPRESSED``).
     """
+    return _check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, compact)
+
+
+@kernel(inline=True)
+def _check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, compact):  # type: ignore[no-untyped-def]
+    """``check_batch``'s body, inlined into both kernels that check a batch; ``buf`` is a uint8
+    array or bytes."""
     z = np.int64(0)
-    remaining = buf.shape[0] - pos
+    remaining = len(buf) - pos
     if remaining < HEADER_UP_TO_MAGIC or buf[pos + 16] != 2 or remaining < HEADER_SIZE:
         return ERR_HEADER, pos, z, z, z, z, z, z
     size = 12 + np.int64(_be32(buf, pos + 8))
@@ -76,8 +90,40 @@ def check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, com
     if code:
         return code, pos, z, size, header_max_ts, last_delta, count, header_max_ts
     create_time = not attributes & _TIMESTAMP_TYPE_MASK
-    err, err_pos, detail, records_max_ts = _k.check_kernel(
+    err, err_pos, detail, records_max_ts = _k.check_records(
         buf, pos + HEADER_SIZE, pos + size, count, _be64(buf, pos + 27), from_client, check_ts and create_time,
         ts_low, ts_high, compact and not attributes & _CONTROL_FLAG)
     max_ts = records_max_ts if from_client and create_time else header_max_ts
     return np.int64(err), err_pos, detail, size, max_ts, last_delta, count, header_max_ts
+
+
+_NOT_PLAIN = 0x3F  # a codec, LogAppendTime, transactional or control (attributes bits 0-5)
+_INT64_MIN = np.int64(-(1 << 63))
+_INT64_MAX = np.int64((1 << 63) - 1)
+
+
+@kernel("bytes, i8, i8, i8, i8, b -> (i8, i8)", nrt=False)
+def check_plain(data, max_bytes, now_ms, before_max_ms, after_max_ms, compact):  # type: ignore[no-untyped-def]
+    """(recordCount, max timestamp) of a client's request ``data`` that is one valid batch,
+    uncompressed, CreateTime, of no producer, whose header max timestamp is its records'; (0, 0)
+    for any other request, valid or not (``validator.validate_request`` checks those and names
+    the fault). The checks are ``check_batch``'s, on a client's batch, with the CreateTime
+    window [now - before, now + after] clamped to int64 as ``validate_request`` clamps it.
+
+    One call for what the Python around ``check_batch`` did (the header's shape, the window):
+    the common produce request is appended with no other Python before the write.
+    """
+    z = np.int64(0)
+    n = len(data)
+    if n < HEADER_SIZE or before_max_ms < 0 or after_max_ms < 0:  # negative limits: the general path's arithmetic
+        return z, z
+    attributes = np.int64(_be16(data, 21))
+    if 12 + np.int64(_be32(data, 8)) != n or attributes & _NOT_PLAIN or _be64(data, 43) >= 0:
+        return z, z
+    ts_low = _INT64_MIN if now_ms < _INT64_MIN + before_max_ms else now_ms - before_max_ms
+    ts_high = _INT64_MAX if now_ms > _INT64_MAX - after_max_ms else now_ms + after_max_ms
+    code, _p, _d, _s, max_ts, _ld, count, header_max_ts = _check_batch(
+        data, 0, max_bytes, True, True, ts_low, ts_high, compact)
+    if code or max_ts != header_max_ts:
+        return z, z
+    return count, max_ts

@@ -99,6 +99,31 @@ def _x8n(n):  # type: ignore[no-untyped-def]
     return power
 
 
+def _shift_tables() -> tuple[np.ndarray, np.ndarray]:
+    """x^(8 * 8j) and x^(8 * 512i) mod P(x) for i, j < 64: the shift of a part of n bytes
+    (a multiple of 8 below 32 KiB) is one product of two entries, where ``_x8n`` multiplies once
+    per set bit of n (six times for a 16 KiB batch, 0.15 µs of its 1 µs CRC)."""
+    low, high = [0x80000000], [0x80000000]  # x^0
+    for _ in range(63):
+        low.append(_mult_py(low[-1], int(_X2N[6])))  # times x^64: 8 more bytes
+        high.append(_mult_py(high[-1], int(_X2N[12])))  # times x^4096: 512 more bytes
+    return np.array(low, dtype=np.uint32), np.array(high, dtype=np.uint32)
+
+
+# Read only where numba compiles kernels (the compiled module holds them as constants): a
+# process running the compiled module does not spend the 1 ms they take.
+_SHIFT_8, _SHIFT_512 = _shift_tables() if aot.mode() == "jit" else (_X2N[:0], _X2N[:0])
+_SHIFT_TABLE_BYTES = 64 * 512
+
+
+@kernel(inline=True)
+def _shift(n):  # type: ignore[no-untyped-def]
+    """``_x8n(n)`` for n a multiple of 8: from the tables below 32 KiB."""
+    if n < _SHIFT_TABLE_BYTES:
+        return _mult(_SHIFT_512[n >> 9], _SHIFT_8[(n >> 3) & 63])
+    return _x8n(n)
+
+
 @kernel("u1[], i8, i8 -> u8")
 def crc32c_range(buf, start, end):  # type: ignore[no-untyped-def]
     """CRC-32C of buf[start:end] (Kafka's: initial 0xFFFFFFFF, final inversion).
@@ -119,7 +144,7 @@ def crc32c_range(buf, start, end):  # type: ignore[no-untyped-def]
         c0 = _crc32_u64(c0, _load64(buf, start + k))
         c1 = _crc32_u64(c1, _load64(buf, p1 + k))
         c2 = _crc32_u64(c2, _load64(buf, p2 + k))
-    shift = _x8n(third)
+    shift = _shift(third)
     joined = _mult(shift, _mult(shift, np.uint32(c0)) ^ np.uint32(c1)) ^ np.uint32(c2)
     return _update(joined, buf, p2 + third, end) ^ np.uint32(0xFFFFFFFF)
 

@@ -301,7 +301,7 @@ def parse_record_fast(buf, p, e):  # type: ignore[no-untyped-def]
     """``parse_record`` for a well-formed record well inside ``buf``: fewer branches, no bounds
     check per byte. Any anomaly defers to the checked ``parse_record`` (same results, same
     errors), so this is only a faster road to the same answer."""
-    n = buf.shape[0]
+    n = len(buf)  # not buf.shape: buf may be bytes (append_kernels.check_plain)
     length, q = _uvarint_fast(buf, p, 5)
     rec_end = q + length
     if q < 0 or length < 0 or rec_end > e or rec_end + 10 > n:
@@ -410,13 +410,21 @@ ERR_TIMESTAMP = 21  # a CreateTime timestamp outside [ts_low, ts_high]; detail =
 ERR_NULL_KEY = 22  # a record without a key in a compacted topic
 
 
-@kernel("u1[], i8, i8, i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8)")
+@kernel("u1[], i8, i8, i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8)", nrt=False)
 def check_kernel(buf, p, e, n, base_timestamp, check_offsets, check_ts, ts_low, ts_high,  # type: ignore[no-untyped-def]
                  need_keys):
     """Walk one record area without writing columns, checking an append's rules.
 
     Returns (err, err_pos, detail, max_timestamp).
     """
+    return check_records(buf, p, e, n, base_timestamp, check_offsets, check_ts, ts_low, ts_high, need_keys)
+
+
+@kernel(inline=True)
+def check_records(buf, p, e, n, base_timestamp, check_offsets, check_ts, ts_low, ts_high,  # type: ignore[no-untyped-def]
+                  need_keys):
+    """``check_kernel``'s loop, inlined into the kernels that call it (append_kernels), so that
+    it is compiled with their flags (no reference counting: ``aot``'s ``nrt=False``)."""
     max_ts = np.int64(-1)
     for j in range(n):
         if p >= e:
