@@ -26,6 +26,7 @@ from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
 from ..records.batch import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC, BatchHeader
 from ..records.scan import BatchTable, scan_batches
 from . import scan_cache
+from .scan_cache import new_version as _new_version
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -56,7 +57,7 @@ class FileRecords:
         self._writable = writable
         self._size = os.fstat(self._fd).st_size if size is None else size
         self._lock = threading.Lock()
-        self._version = scan_cache.new_version()  # drawn anew on every change (scan_cache.py)
+        self._version = _new_version()  # drawn anew on every change (scan_cache.py)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -91,7 +92,7 @@ class FileRecords:
             if written != size:
                 _finish_write(self._fd, data, header, position, written)
             self._size = position + size
-            self._version = scan_cache.new_version()
+            self._version = _new_version()
             return position
         finally:
             self._lock.release()
@@ -109,7 +110,7 @@ class FileRecords:
             removed = self._size - target_size
             os.ftruncate(self._fd, target_size)
             self._size = target_size
-            self._version = scan_cache.new_version()
+            self._version = _new_version()
             return removed
 
     def close(self) -> None:

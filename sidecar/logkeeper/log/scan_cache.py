@@ -27,13 +27,11 @@ from ..records.scan import BatchTable
 BUDGET_BYTES = 32 * 1024 * 1024
 
 _versions = itertools.count(1)
+# the bound method itself: FileRecords draws a version on every append (a hot path)
+new_version = _versions.__next__
 _tables: OrderedDict[int, tuple[BatchTable, int]] = OrderedDict()
 _lock = threading.Lock()
 _held = 0
-
-
-def new_version() -> int:
-    return next(_versions)
 
 
 def _nbytes(table: BatchTable) -> int:
