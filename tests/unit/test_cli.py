@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -391,3 +392,19 @@ def test_verify_is_read_only(fx: Fixture, capsys: pytest.CaptureFixture[str], tm
     before = {p.name: p.read_bytes() for p in copy.iterdir()}
     assert run(capsys, "verify", str(copy))[0] == 1
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
+def test_the_command_starts_numpy_without_a_blas_thread_pool() -> None:
+    """OPENBLAS_NUM_THREADS=1 unless the user set it, before numpy is imported (cli.py: the pool's
+    start-up burns CPU that a short `logkeeper clean` needs)."""
+    code = ("import os, sys, logkeeper.cli\n"
+            "assert 'numpy' not in sys.modules\n"
+            "import numpy\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'])")
+    for given, expected in ((None, "1"), ("3", "3")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if given is not None:
+            env["OPENBLAS_NUM_THREADS"] = given
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected
