@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# After each editable install: the install's import hook costs ~20 ms at every interpreter start
+# (measured with -X importtime); a .pth naming the two source folders imports the same modules
+# without it.
+PLAIN_PTH = $(PY) -c 'import glob, sysconfig; [open(p, "w").write("$(CURDIR)/sidecar\n$(CURDIR)/operator\n") for p in glob.glob(sysconfig.get_paths()["purelib"] + "/__editable__.logkeeper-*.pth")]'
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
@@ -15,9 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,operator]'
-	@# The editable install's import hook costs ~20 ms at every interpreter start (measured with
-	@# -X importtime); a .pth naming the two source folders imports the same modules without it.
-	@$(PY) -c 'import glob, sysconfig; [open(p, "w").write("$(CURDIR)/sidecar\n$(CURDIR)/operator\n") for p in glob.glob(sysconfig.get_paths()["purelib"] + "/__editable__.logkeeper-*.pth")]'
+	@$(PLAIN_PTH)
 	@touch $@
 
 # The kernels compiled ahead of time (sidecar/logkeeper/aot: a process then imports no numba;
@@ -71,6 +73,7 @@ interop: setup
 # the real job and of the sidecar while it runs (tests/spark; about 3 minutes on 2 cores).
 spark: setup
 	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark]'
+	@$(PLAIN_PTH)
 	$(PY) -m pytest -q tests/spark $(PYTEST_ARGS)
 
 # The CRDs (crds/) and the chart's generated parts (its crds/ copy, values.schema.json), written
@@ -93,6 +96,7 @@ chart: crds
 E2E_CACHE ?= $(HOME)/.cache/logkeeper/e2e
 e2e: setup
 	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark,e2e]'
+	@$(PLAIN_PTH)
 	@start=$$(date +%s); LOGKEEPER_E2E_CACHE=$(E2E_CACHE) bash e2e/tools.sh >/dev/null; \
 		echo "make e2e: tools ready in $$(( $$(date +%s) - start )) s ($(E2E_CACHE))"
 	LOGKEEPER_E2E_TOOLS=$(E2E_CACHE)/tools.env $(PY) -m pytest -v -s -p no:cacheprovider -p no:randomly \
@@ -122,6 +126,7 @@ bench-kafka: setup
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
 	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark]'
+	@$(PLAIN_PTH)
 	BENCH_VIA_MAKE=1 $(PY) bench/bench_spark.py $(BENCH_SPARK_ARGS)
 
 clean:
