@@ -134,7 +134,14 @@ def _check_dump_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             parser.error(f"dump-log: {f}: --json applies to .log files only")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# Commands whose work is all done (files closed and synced, output written) when they return.
+FINITE_COMMANDS = frozenset({"dump-log", "verify", "recover", "clean"})
+
+
+def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
+    """Run one command; its exit code. With ``fast_exit`` (the console script), a finite command
+    ends the process itself once its output is flushed, skipping the interpreter's teardown (every
+    module and object freed one by one: 20-30 ms measured, a tenth of a short `logkeeper clean`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "dump-log":
@@ -142,13 +149,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
     except BrokenPipeError:
-        return 0  # the reader (e.g. `head`) went away
+        rc = 0  # the reader (e.g. `head`) went away
     except (LogkeeperError, ValueError, OSError) as e:
         print(f"logkeeper {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        rc = 1
+    if fast_exit and args.command in FINITE_COMMANDS:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def run() -> int:
+    """The `logkeeper` console script."""
+    return main(fast_exit=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -383,6 +383,18 @@ def test_console_script_reports_bad_data_with_exit_1(tmp_path: Path) -> None:
     assert str(path) in line and f"position {pos}" in line
 
 
+def test_console_script_output_is_whole_after_its_fast_exit(fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """The console script ends a finite command with os._exit (cli.run): everything it printed
+    must still arrive, through a pipe, as main() prints it in-process."""
+    args = ["dump-log", "--deep-iteration", *map(str, fx.segments)]
+    rc, expected, _ = run(capsys, *args)
+    script = Path(sys.executable).parent / "logkeeper"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a buffered stdout, as usual
+    done = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert (done.returncode, done.stdout) == (rc, expected) and len(expected) > 10_000
+    assert not done.stderr
+
+
 def test_verify_is_read_only(fx: Fixture, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     copy = tmp_path / "copy" / "t-0"
     shutil.copytree(fx.directory, copy)
