@@ -123,6 +123,23 @@ def test_a_stale_module_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     assert compiled is None and problem is not None and "other kernel sources" in problem
 
 
+def test_an_older_variant_serves_when_the_newest_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    runnable, _ = aot.cpu_variants()
+    if len(runnable) < 2:  # a CPU below x86-64-v3: there is no newer variant to lose
+        runnable = list(aot.VARIANTS)
+        monkeypatch.setattr(aot, "cpu_variants", lambda: (runnable, None))
+    real = aot.load_variant
+
+    def newest_stale(variant: aot.Variant) -> tuple[object, str | None]:
+        return (None, "stale newest") if variant == runnable[0] else real(variant)
+
+    monkeypatch.setattr(aot, "load_variant", newest_stale)
+    compiled, problem = aot._load_compiled()
+    assert problem is None and compiled.__name__ == aot.module_name(runnable[1])
+    monkeypatch.setattr(aot, "load_variant", lambda v: (None, f"{v.name} missing"))
+    assert aot._load_compiled() == (None, f"{runnable[0].name} missing")  # the newest one's reason
+
+
 def test_forcing_aot_without_a_current_module_fails_naming_why(tmp_path: Path) -> None:
     code = ("from logkeeper import aot\n"
             "aot.source_stamp = lambda: -1\n"

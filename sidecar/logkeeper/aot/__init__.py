@@ -129,15 +129,21 @@ def cpu_variants() -> tuple[list[Variant], str | None]:
 
 
 def _load_compiled(name: str | None = None) -> tuple[Any, str | None]:
-    """The newest compiled variant this CPU runs (or the one named), checked before any of its
-    code is loaded; else None and why."""
+    """The newest current compiled variant this CPU runs (or the one named), the CPU checked
+    before any of its code is loaded; else None and why (the newest variant's reason)."""
     runnable, problem = cpu_variants()
     if name is not None:
         runnable = [v for v in runnable if v.name == name]
         problem = problem or f"this CPU cannot run {name} ({dict((v.name, v.target_cpu) for v in VARIANTS)[name]})"
     if not runnable:
         return None, f"the compiled kernels cannot run here: {problem}"
-    return load_variant(runnable[0])
+    first_problem = None
+    for variant in runnable:  # an older level when the newer one is missing or stale
+        compiled, problem = load_variant(variant)
+        if compiled is not None:
+            return compiled, None
+        first_problem = first_problem or problem
+    return None, first_problem
 
 
 def load_variant(variant: Variant) -> tuple[Any, str | None]:
