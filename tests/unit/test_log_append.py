@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from logkeeper.errors import InvalidTimestampError, RecordTooLargeError
 from logkeeper.log import log as log_module
+from logkeeper.log.assign import LogAppendInfo
 from logkeeper.log.file_records import FileRecords
-from logkeeper.log.log import Log, LogAppendInfo
+from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.segment import LogSegment
 from logkeeper.log.validator import check_plain_batch, validate_request

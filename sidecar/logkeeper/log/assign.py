@@ -15,17 +15,32 @@ other request is copied once and patched in place.
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from ..errors import InvalidRecordError
 from ..records.batch import HEADER_SIZE, set_base_offset, set_max_timestamp, set_partition_leader_epoch
 from .validator import ValidatedBatch
 
-_BE_INT64 = struct.Struct(">q")
+# a batch's first field, its base offset, as written (the common request's whole new header)
+pack_base_offset = struct.Struct(">q").pack
+
+
+class LogAppendInfo(NamedTuple):
+    """What an append did: the offsets assigned, and what was written."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry of a batch already appended: nothing written
 
 
 def new_header(data: bytes | bytearray | memoryview, base_offset: int) -> bytes:
     """The first batch's 61 header bytes with ``base_offset`` (outside the CRC'd range)."""
-    return _BE_INT64.pack(base_offset) + data[8:HEADER_SIZE]
+    return pack_base_offset(base_offset) + data[8:HEADER_SIZE]
 
 
 def base_offsets(batches: list[ValidatedBatch], log_end_offset: int, *, assign: bool, log_name: str) -> list[int]:

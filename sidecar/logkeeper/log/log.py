@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from ..errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RecordTooLargeError
 from . import names
-from .assign import assigned_bytes, base_offsets
+from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
@@ -55,20 +53,6 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-_BASE_OFFSET = struct.Struct(">q")  # a batch's first field
-
-
-class LogAppendInfo(NamedTuple):
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
-    num_batches: int
-    num_records: int
-    valid_bytes: int
-    duplicate: bool = False  # an idempotent producer's retry of a batch already appended: nothing written
 
 
 # LogAppendInfo(...) runs the NamedTuple's generated __new__ (0.3 µs); the append of the common
@@ -231,7 +215,7 @@ class Log:
                     max_timestamp_in_batches=max_ts, max_offset_in_batches=last_offset, now_ms=now) is not None:
                 segment = self._maybe_roll(size, max_ts, last_offset, base, now)
             # the new header is the base offset alone: the rest of it is the request's
-            segment.append_batch(data, _BASE_OFFSET.pack(base), last_offset, max_ts)
+            segment.append_batch(data, pack_base_offset(base), last_offset, max_ts)
             self.log_end_offset = last_offset + 1
             self.unflushed_messages += count
             if self.unflushed_messages >= config.flush_messages:

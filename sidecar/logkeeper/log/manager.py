@@ -57,9 +57,10 @@ from ..errors import (
     UnknownPartitionError,
 )
 from . import names
+from .assign import LogAppendInfo
 from .cleaner_hooks import CleanerHooks
 from .dir_loader import LogFactory, load_log_dirs
-from .log import Clock, Log, LogAppendInfo, wall_clock_ms
+from .log import Clock, Log, wall_clock_ms
 from .log_config import LogConfig
 from .log_dir import CrashHook, LogDir, LogDirStatus, capped_special_dir_name, open_log_dirs
 from .manager_config import ManagerConfig
