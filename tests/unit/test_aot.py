@@ -29,6 +29,14 @@ def run_python(code: str, mode: str | None, tmp_path: Path) -> subprocess.Comple
                           timeout=600)
 
 
+def assert_fails_saying(code: str, tmp_path: Path, *messages: str) -> None:
+    """``code`` run with LOGKEEPER_KERNELS=aot fails, its stderr holding every message."""
+    done = run_python(code, "aot", tmp_path)
+    assert done.returncode != 0
+    for message in messages:
+        assert message in done.stderr
+
+
 def test_signature_notation() -> None:
     sig = parse("u1[], i8[][], i8, b -> (i8[], u8)")
     assert sig == Signature((Type("uint8", 1), Type("int64", 2), Type("int64", 0), Type("bool", 0)),
@@ -144,10 +152,8 @@ def test_forcing_aot_without_a_current_module_fails_naming_why(tmp_path: Path) -
     code = ("from logkeeper import aot\n"
             "aot.source_stamp = lambda: -1\n"
             "aot.mode()")
-    done = run_python(code, "aot", tmp_path)
-    assert done.returncode != 0
-    assert "LOGKEEPER_KERNELS=aot but the compiled kernels cannot be used" in done.stderr
-    assert "other kernel sources" in done.stderr
+    assert_fails_saying(code, tmp_path, "LOGKEEPER_KERNELS=aot but the compiled kernels cannot be used",
+                        "other kernel sources")
 
 
 def test_the_newest_variant_the_cpu_runs_is_chosen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -179,9 +185,7 @@ def test_a_helper_called_from_python_says_it_is_compiled_only(tmp_path: Path) ->
     code = ("import numpy as np\n"
             "from logkeeper.cleaner.siphash import key_hash\n"
             "key_hash(np.zeros(1, np.uint8), 0, 1, np.uint64(1), np.uint64(2))")
-    done = run_python(code, "aot", tmp_path)
-    assert done.returncode != 0
-    assert "logkeeper.cleaner.siphash.key_hash is a helper compiled into other kernels" in done.stderr
+    assert_fails_saying(code, tmp_path, "logkeeper.cleaner.siphash.key_hash is a helper compiled into other kernels")
 
 
 # Every kernel on one random workload (appends with every codec and transactions, a cleaning

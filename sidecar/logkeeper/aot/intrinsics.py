@@ -22,28 +22,25 @@ def host_has_sse42() -> bool:
     return bool(features.get("sse4.2", False)) and llvm_binding.get_process_triple().startswith("x86_64")
 
 
-@intrinsic
-def crc32_u64(typingctx, crc, word):  # type: ignore[no-untyped-def]
-    sig = types.uint64(types.uint64, types.uint64)
+def _sse42_crc32(crc_bits: int, data_bits: int):  # type: ignore[no-untyped-def]
+    """The CRC-32C instruction on a ``data_bits`` operand, the CRC held in ``crc_bits``
+    (``llvm.x86.sse42.crc32.<crc_bits>.<data_bits>``)."""
+    crc_type, data_type = getattr(types, f"uint{crc_bits}"), getattr(types, f"uint{data_bits}")
+    llvm_name = f"llvm.x86.sse42.crc32.{crc_bits}.{data_bits}"
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(64)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.64.64")
-        return builder.call(fn, args)
+    def typer(typingctx, crc, data):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            fnty = ir.FunctionType(ir.IntType(crc_bits), [ir.IntType(crc_bits), ir.IntType(data_bits)])
+            return builder.call(cgutils.get_or_insert_function(builder.module, fnty, llvm_name), args)
 
-    return sig, codegen
+        return crc_type(crc_type, data_type), codegen
+
+    typer.__name__ = typer.__qualname__ = f"crc32_u{data_bits}"
+    return intrinsic(typer)
 
 
-@intrinsic
-def crc32_u8(typingctx, crc, byte):  # type: ignore[no-untyped-def]
-    sig = types.uint32(types.uint32, types.uint8)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(8)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse42.crc32.32.8")
-        return builder.call(fn, args)
-
-    return sig, codegen
+crc32_u64 = _sse42_crc32(64, 64)
+crc32_u8 = _sse42_crc32(32, 8)
 
 
 @intrinsic
