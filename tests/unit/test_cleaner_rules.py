@@ -22,7 +22,8 @@ from logkeeper.cleaner.testing import (
     read_log,
 )
 from logkeeper.cleaner.txn import CleanedTransactionMetadata
-from logkeeper.errors import CorruptRecordError, LogCleaningAbortedError
+from logkeeper.errors import CorruptRecordError, CrcMismatchError, LogCleaningAbortedError
+from logkeeper.log import version_cache
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
@@ -494,6 +495,11 @@ def test_corrupt_batches_fail_the_round_and_leave_the_log(tmp_path: Path, clock:
     with pytest.raises(CorruptRecordError) as info:
         cleaner.clean(ltc(log, 0))
     assert str(path.name) in str(info.value)
+    if damage == "crc":  # the batch's records still parse: only its CRC tells
+        last = log.segments.values()[0].log.scan()
+        assert isinstance(info.value, CrcMismatchError)
+        assert f"stored crc {int(last.crc[-1]):#010x}" in str(info.value)
+        assert info.value.position == int(last.position[-1])
     assert not [p for p in log.dir.iterdir() if ".cleaned" in p.name]
     assert sorted((p.name, p.stat().st_size) for p in log.dir.iterdir()) == before
 
@@ -528,6 +534,9 @@ def test_file_not_left_open_after_clean(tmp_path: Path, clock: Clock) -> None:
     log = make_log(tmp_path, clock)
     cleaner = make_cleaner(clock)
     fill_until_segments(log, 4)
+    # the shared mappings hold a descriptor each (a bounded cache, see log/version_cache.py)
+    version_cache.mappings.clear()
     before = len(os.listdir("/proc/self/fd"))
     cleaner.clean(ltc(log, 0))
+    version_cache.mappings.clear()
     assert len(os.listdir("/proc/self/fd")) <= before

@@ -25,9 +25,9 @@ headers bytes verbatim (what Kafka's re-encoding writes when the source varints 
 every Kafka writer emits them); a rebuilt compressed batch is compressed by records/compression.py
 (a block Kafka reads; not necessarily the bytes Java's compressor libraries would produce).
 
-Every source batch's CRC is checked before use (Kafka does not; a corrupt batch stops the round
-instead of being copied). Written headers get their CRC here (CRC-32C from byte 21); rebuilt
-compressed batches are compressed here. Windows of at most WINDOW_BYTES source bytes are
+Every source batch's CRC is checked before use, by decide_kernel (Kafka does not; a corrupt
+batch stops the round instead of being copied). Written headers get their CRC here (CRC-32C from
+byte 21); rebuilt compressed batches are compressed here. Windows of at most WINDOW_BYTES source bytes are
 appended to the destination one at a time, after an abort check (``check_done``) and through
 the throttler.
 """
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..log.log import Log
 from ..log.segment import AppendedBatch, LogSegment
-from ..records.batch import crc32c
+from ..records.batch import crc32c, crc_mismatch
 from ..records.compression import Codec, compress
 from ..records.crc_kernels import HAVE_HW_CRC
 from ..records.scan import BatchTable, walk_error
@@ -85,7 +85,6 @@ class SegmentFilter:
             mode, marker_for_empty_txn, retain_empty = self._batch_modes(view, txns, last_records, upper_bound)
             for lo, hi in view.windows(WINDOW_BYTES):
                 self.check_done()
-                view.ensure_crcs(lo, hi)
                 self._clean_window(view, lo, hi, mode[lo:hi], marker_for_empty_txn[lo:hi], retain_empty[lo:hi],
                                    dest, offset_map, stats)
 
@@ -183,7 +182,10 @@ class SegmentFilter:
             t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep, rec_pos,
             table, k0, k1, np.int64(offset_map.latest_offset),
             np.int64(self.now_ms), n_read, n_kept, has_tomb, kept_max_ts, first_kept_ts, n_invalid,
-            exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base))
+            exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base),
+            t.position[lo:hi], t.size[lo:hi], t.crc[lo:hi])
+        if err == fk.ERR_CRC:
+            raise crc_mismatch(int(err_pos), int(t.crc[lo + int(err_row)]), int(detail)).in_file(view.path)
         if err:
             row = int(err_row)
             where = int(t.position[lo + row]) if areas.in_dbuf[row] else int(err_pos)

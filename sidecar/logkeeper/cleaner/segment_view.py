@@ -1,7 +1,8 @@
 """A segment's ``.log`` as the cleaner reads it: mapped whole, its batch headers as columns, and
 windows of batches whose record areas the compiled loops walk.
 
-The file is mapped read-only (``mmap``; the kernels read it in place). Batches are found with
+The file is mapped read-only (``FileRecords.mapped``: the kernels read it in place; one mapping
+of a file version serves the load, the offset map and the cleaning pass). Batches are found with
 ``records.scan.scan_batches`` from a start position; any stop other than the end of the file
 (a torn or corrupt tail, a bad magic or size) is a CorruptRecordError naming the file and
 position, as Kafka's cleaner fails on a segment it cannot read to its end.
@@ -14,18 +15,16 @@ read-only buffer ``dbuf`` per window, for a compressed one.
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import CorruptRecordError, CrcMismatchError
+from ..errors import CorruptRecordError
 from ..log.segment import LogSegment
-from ..records import crc_kernels as _crc
-from ..records.batch import crc32c
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, scan_batches
 
@@ -47,15 +46,13 @@ class SegmentView:
         self.size = segment.size_in_bytes
         self.start_position = start_position
         self.end_position = self.size if end_position is None else min(end_position, self.size)
-        self._mm: mmap.mmap | None = None
+        self._hold = ExitStack()
         self.buf: U8 = _EMPTY
         self.table: BatchTable = scan_batches(np.zeros(0, dtype=np.uint8))
 
     def __enter__(self) -> SegmentView:
         if self.size > 0:
-            self._mm = mmap.mmap(self.segment.log.fd, self.size, access=mmap.ACCESS_READ)
-            self._mm.madvise(mmap.MADV_SEQUENTIAL)
-            self.buf = np.frombuffer(self._mm, dtype=np.uint8)
+            self.buf = self._hold.enter_context(self.segment.log.mapped())[:self.size]
         start = min(self.start_position, self.end_position)
         if self.size:
             shared = self._shared_table(start)
@@ -81,12 +78,7 @@ class SegmentView:
 
     def close(self) -> None:
         self.buf = _EMPTY
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:
-                pass  # an array still refers to the map; it is unmapped when that array goes
-            self._mm = None
+        self._hold.close()
 
     @property
     def count(self) -> int:
@@ -104,20 +96,6 @@ class SegmentView:
             end = max(row + 1, int(np.searchsorted(ends, limit, side="right")))
             yield row, min(end, n)
             row = end
-
-    def ensure_crcs(self, lo: int, hi: int) -> None:
-        """Raise CrcMismatchError for the first batch of rows [lo, hi) whose CRC is wrong."""
-        t = self.table
-        if _crc.HAVE_HW_CRC:
-            row = int(_crc.first_bad_crc(self.buf, t.position, t.size, t.crc, lo, hi))
-            if row < 0:
-                return
-            lo, hi = row, row + 1
-        view = memoryview(self._mm) if self._mm is not None else memoryview(b"")
-        for pos, size, crc in zip(t.position[lo:hi].tolist(), t.size[lo:hi].tolist(), t.crc[lo:hi].tolist()):
-            actual = crc32c(view[pos + 21:pos + size])
-            if actual != crc:
-                raise CrcMismatchError(pos, f"stored crc {crc:#010x}, computed {actual:#010x}", self.path)
 
     def raw(self, position: int, size: int) -> bytes:
         return bytes(self.buf[position:position + size])

@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
 from ..records.batch import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC, BatchHeader
 from ..records.scan import BatchTable, scan_batches
-from . import scan_cache
-from .scan_cache import new_version as _new_version
+from . import version_cache
+from .version_cache import new_version as _new_version
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -57,7 +57,9 @@ class FileRecords:
         self._writable = writable
         self._size = os.fstat(self._fd).st_size if size is None else size
         self._lock = threading.Lock()
-        self._version = _new_version()  # drawn anew on every change (scan_cache.py)
+        self._version = _new_version()  # drawn anew on every change (version_cache.py)
+        self._map_lock = threading.Lock()
+        self._mapped_version = 0  # the version whose mapping this file put in the cache, if any
 
     # ---------------------------------------------------------------- properties
     @property
@@ -111,9 +113,13 @@ class FileRecords:
             os.ftruncate(self._fd, target_size)
             self._size = target_size
             self._version = _new_version()
-            return removed
+        with self._map_lock:
+            self._release_mapping()  # its tail is gone: reading it would fault (SIGBUS)
+        return removed
 
     def close(self) -> None:
+        with self._map_lock:
+            self._release_mapping()  # a deleted file's blocks are freed when its last mapping goes
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -122,6 +128,10 @@ class FileRecords:
     def rename_to(self, new_path: Path) -> None:
         os.replace(self._path, new_path)
         self._path = Path(new_path)
+        with self._map_lock:
+            # a renamed segment leaves the log (.deleted) or enters it (.cleaned, .swap): the
+            # mapping of a file that stays where it is is what readers share
+            self._release_mapping()
 
     def delete_if_exists(self) -> bool:
         self.close()
@@ -169,35 +179,45 @@ class FileRecords:
 
     @contextmanager
     def mapped(self) -> Iterator[np.ndarray]:
-        """The whole file as a read-only uint8 array (an mmap view; valid inside the block)."""
-        if self._size == 0:
-            yield _EMPTY
-            return
-        # MAP_POPULATE maps every page up front in one call instead of one fault a page
-        mm = mmap.mmap(self._fd, self._size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-        try:
-            yield np.frombuffer(mm, dtype=np.uint8)
-        finally:
-            try:
-                mm.close()
-            except BufferError:
-                # The caller's ``as`` name still references the array: the map is released
-                # when that array is (mmap unmaps on deallocation).
-                pass
+        """The whole file as a read-only uint8 array: one mapping, shared by every reader of this
+        version of the file (version_cache.py). Use it inside the block only: a later change to
+        the file releases it."""
+        yield self._mapping()[1]
+
+    def _mapping(self) -> tuple[int, np.ndarray]:
+        """(version, the mapping of the file at that version)."""
+        with self._lock:  # the size and version of one moment (an append changes both)
+            version, size = self._version, self._size
+        if size == 0:
+            return version, _EMPTY
+        with self._map_lock:  # not the append lock: populating a large file takes milliseconds
+            buf = version_cache.mappings.get(version)
+            if buf is None:
+                # MAP_POPULATE maps every page up front in one call instead of one fault a page
+                mm = mmap.mmap(self._fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+                buf = np.frombuffer(mm, dtype=np.uint8)
+                self._release_mapping()  # of an older version: nobody asks for it again
+                version_cache.mappings.put(version, buf)
+                self._mapped_version = version
+        return version, buf
+
+    def _release_mapping(self) -> None:
+        """Drop this file's mapping from the cache; it is unmapped once no reader holds it."""
+        if self._mapped_version:
+            version_cache.mappings.drop(self._mapped_version)
+            self._mapped_version = 0
 
     def scan(self, start: int = 0) -> BatchTable:
         """Header columns of every batch from ``start`` (stops at a torn tail or corruption). The
-        table of a whole file is shared (scan_cache.py): its columns are read-only."""
-        version = self._version  # before mapping: a table is never newer than its version's bytes
+        table of a whole file is shared (version_cache.py): its columns are read-only."""
         if start == 0:
-            cached = scan_cache.get(version)
+            cached = version_cache.tables.get(self._version)
             if cached is not None:
                 return cached
-        with self.mapped() as buf:
-            # the mapped length, not self._size: an append may grow the file meanwhile
-            table = scan_batches(buf, start, buf.shape[0])
+        version, buf = self._mapping()
+        table = scan_batches(buf, start, buf.shape[0])
         if start == 0:
-            scan_cache.put(version, table)
+            version_cache.tables.put(version, table)
         return table
 
     def search_for_offset(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
