@@ -28,11 +28,11 @@ reading its still-open file).
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RecordTooLargeError
 from . import names
@@ -45,6 +45,9 @@ from .replace import CrashHook, replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
 from .validator import ValidatedBatch, ValidatedRequest, check_plain_batch, validate_request
+
+if TYPE_CHECKING:
+    import random
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ class Log:
         self.topic_partition: TopicPartition = names.PartitionDirName.parse(self.dir.name).topic_partition
         self.config = config or LogConfig.from_props()
         self._clock = clock_ms
-        self._rng = rng or random.Random()
+        self._rng = rng
         self._lock = threading.RLock()
         self._jitter_ms = self._new_jitter()
         loaded = LogLoader(self.dir, self.config, log_start_offset=log_start_offset,
@@ -98,7 +101,13 @@ class Log:
     # ------------------------------------------------------------------ helpers
     def _new_jitter(self) -> int:
         max_jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        return self._rng.randrange(max_jitter) if max_jitter > 0 else 0
+        if max_jitter <= 0:  # the default: no jitter
+            return 0
+        if self._rng is None:
+            import random  # only with segment.jitter.ms set: 2-3 ms of every process start
+
+            self._rng = random.Random()
+        return self._rng.randrange(max_jitter)
 
     def _first_base_offset(self) -> int:
         first = self.segments.first
