@@ -333,7 +333,8 @@ def main() -> None:
             f"offset map: {BYTES_PER_SLOT} bytes a slot ({per_slot:.0f} measured: int64 [h1, h2, offset]); "
             f"128 MiB / 1 thread = {m.capacity_slots:,} slots; beside it, the round's superseded-offset "
             f"bitmap: 1 bit a dirty offset (W1: 125,000 bytes), at most 1 byte a slot; largest resident set "
-            f"of this process: {peak_rss_mb:,.0f} MB",
+            f"of this process: {peak_rss_mb:,.0f} MB (the mapped pages of the segments a round reads count "
+            f"in it: page cache, shared, up to 2 GiB, see log/version_cache.py)",
             f"W1 target >= 300 MB/s as a whole `logkeeper clean` process: "
             f"{'met' if w1_process_mbps >= 300 else 'NOT met'} ({w1_process_mbps:,.0f} MB/s; in-process "
             f"{w1_mbps:,.0f} MB/s); the process's start-up (interpreter, imports: `python -c "

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -437,3 +438,20 @@ def test_concurrent_lookups_during_appends_and_resizes(tmp_path: Path) -> None:
     assert not errors
     assert idx.lookup(10**9) == OffsetPosition(3000, 6000)
     idx.close()
+
+
+def test_bulk_appends_after_single_ones_are_read_through_the_map_and_kept(index: OffsetIndex, tmp_path: Path) -> None:
+    # append_many writes the file beside the map (index/abstract_index.py): the map must read
+    # those entries at once, and flush and close must keep them like mapped stores
+    index.append(BASE_OFFSET + 1, 10)
+    index.append_many(np.array([BASE_OFFSET + 3, BASE_OFFSET + 7], dtype=np.int64),
+                      np.array([20, 35], dtype=np.int64))
+    index.append(BASE_OFFSET + 9, 50)
+    assert [index.entry(i) for i in range(index.entries)] == [
+        OffsetPosition(BASE_OFFSET + 1, 10), OffsetPosition(BASE_OFFSET + 3, 20),
+        OffsetPosition(BASE_OFFSET + 7, 35), OffsetPosition(BASE_OFFSET + 9, 50)]
+    assert index.lookup(BASE_OFFSET + 8) == OffsetPosition(BASE_OFFSET + 7, 35)
+    index.flush()
+    index.close()
+    raw = (tmp_path / "00000000000000000045.index").read_bytes()
+    assert raw == struct.pack(">iiiiiiii", 1, 10, 3, 20, 7, 35, 9, 50)

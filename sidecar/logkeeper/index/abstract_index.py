@@ -57,6 +57,7 @@ def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
+
 class AbstractIndex(ABC):
     """An index of fixed-size entries in a memory-mapped file; subclasses define the entries."""
 
@@ -154,7 +155,7 @@ class AbstractIndex(ABC):
 
     def _append_packed(self, packed: bytes, count: int) -> None:
         """Write ``count`` already-checked entries after the last one (bulk rebuilds)."""
-        buf = self._buffer()
+        self._buffer()  # raises once closed
         self._ensure_writable("append")
         if self._entries + count > self._max_entries:
             from logkeeper.errors import IndexFullError
@@ -164,7 +165,19 @@ class AbstractIndex(ABC):
                 f"{self._max_entries} slots are used"
             )
         start = self._entries * self.entry_size
-        buf[start : start + len(packed)] = packed
+        # Written to the file, not stored through the map (which shares its page cache, so it
+        # reads the entries at once): on ext4 the first store into a hole of the sparse,
+        # preallocated file faults for 3-6 ms, against 0.1 ms where the page holds data
+        # (measured here), and a bulk append is usually the first write of a new segment's
+        # index (the cleaner's windows, an index rebuild). flush's msync covers these pages.
+        if packed:  # (a file without a map has no room: refused above)
+            fd = os.open(self._path, os.O_WRONLY)
+            try:
+                written = 0
+                while written < len(packed):
+                    written += os.pwrite(fd, memoryview(packed)[written:], start + written)
+            finally:
+                os.close(fd)
         self._entries += count
         self._refresh_last_entry()
 
