@@ -288,6 +288,22 @@ def run_workload(name: str, root: Path, n_segments: int, n_keys: int, repeat: in
     return Result(name, mb, read_s, clean_s, process_s, stats_text)
 
 
+HOST_LOOP = "a pure-Python loop of 3,000,000 additions"
+
+
+def host_speed() -> float:
+    """Seconds of a fixed pure-Python loop (a whole ``python -c``), best of three: the figures
+    above are only comparable between runs at the same host speed."""
+    loop = "s = 0\nfor i in range(3_000_000):\n    s += i"
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", loop], check=True)
+        return time.perf_counter() - t0
+
+    return min(once() for _ in range(3))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--no-w10", action="store_true", help="skip W10 (1.19 GB)")
@@ -298,6 +314,7 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-cleaner-", dir=args.dir))
     try:
+        speed_before = host_speed()
         results = [run_workload("W1", scratch, 1, 100_000, args.repeat)]
         if not args.no_w10:
             results.append(run_workload("W10", scratch, 10, 1_000_000, max(1, args.repeat - 1)))
@@ -305,6 +322,7 @@ def main() -> None:
         base_s, base_n = baseline_clean(w1_data, args.baseline_records)
         base_mbps = base_n * (len(w1_data) / 1_000_000) / 1e6 / base_s
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        speed_after = host_speed()
         startup_s = best([timed_startup() for _ in range(5)])
         probe = "from logkeeper import aot; print(aot.mode(), getattr(aot._compiled, '__name__', ''))"
         kernels_mode, _, module = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
@@ -357,6 +375,8 @@ def main() -> None:
             f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
             f"numpy {np.__version__}; load average at the end of the run "
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine: best of the repeats)",
+            f"- host speed: {HOST_LOOP} took {speed_before:.2f} s before the run and {speed_after:.2f} s after it "
+            "(this host's speed varies by 2x or more over hours: 0.25 s in its fast phases)",
             "",
             "",
         ]
