@@ -27,9 +27,9 @@ every Kafka writer emits them); a rebuilt compressed batch is compressed by reco
 
 Every source batch's CRC is checked before use, by decide_kernel (Kafka does not; a corrupt
 batch stops the round instead of being copied). Written headers get their CRC here (CRC-32C from
-byte 21); rebuilt compressed batches are compressed here. Windows of at most WINDOW_BYTES source bytes are
-appended to the destination one at a time, after an abort check (``check_done``) and through
-the throttler.
+byte 21); rebuilt compressed batches are compressed here. Windows of at most WINDOW_BYTES source
+bytes are appended to the destination one at a time, after an abort check (``check_done``) and
+through the throttler.
 """
 
 from __future__ import annotations

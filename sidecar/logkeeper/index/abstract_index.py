@@ -57,7 +57,6 @@ def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
-
 class AbstractIndex(ABC):
     """An index of fixed-size entries in a memory-mapped file; subclasses define the entries."""
 
