@@ -30,6 +30,7 @@ from ..log.log import Log
 from ..log.names import TopicPartition
 from ..log.replace import CrashHook
 from ..log.segment import LogSegment
+from .appender import WindowAppender
 from .filter import SegmentFilter
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
@@ -119,10 +120,11 @@ class Cleaner:
             last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
-            for i, seg in enumerate(segments):
-                upper = segments[i + 1].base_offset if i + 1 < len(segments) else seg.read_next_offset()
-                txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))
-                filt.clean_into(log, seg, cleaned, offset_map, txns, last_records, upper_bound, stats)
+            with WindowAppender(cleaned) as appender:  # writes a window while the next is cleaned
+                for i, seg in enumerate(segments):
+                    upper = segments[i + 1].base_offset if i + 1 < len(segments) else seg.read_next_offset()
+                    txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))
+                    filt.clean_into(log, seg, appender, offset_map, txns, last_records, upper_bound, stats)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified_ms(segments[-1].last_modified_ms)

@@ -35,7 +35,8 @@ through the throttler.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -68,6 +69,12 @@ _NO_BITS = np.zeros(0, dtype=np.uint8)
 KeyDecisions = SipHashOffsetMap | ExactDecisions
 
 
+class Destination(Protocol):
+    """Where cleaned windows go: a LogSegment, or a WindowAppender (appender.py) in front of one."""
+
+    def append(self, batches: Sequence[AppendedBatch], data: memoryview) -> None: ...
+
+
 class SegmentFilter:
     def __init__(self, *, now_ms: int, delete_retention_ms: int, check_done: Callable[[], None],
                  throttler: Throttler | None = None) -> None:
@@ -76,7 +83,7 @@ class SegmentFilter:
         self.check_done = check_done
         self.throttler = throttler
 
-    def clean_into(self, log: Log | None, source: LogSegment, dest: LogSegment, offset_map: KeyDecisions,
+    def clean_into(self, log: Log | None, source: LogSegment, dest: Destination, offset_map: KeyDecisions,
                    txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
                    upper_bound: int, stats: CleanerStats) -> None:
         with SegmentView(source) as view:
@@ -145,7 +152,7 @@ class SegmentFilter:
 
     # ------------------------------------------------------------------ one window
     def _clean_window(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, marker_empty_txn: np.ndarray,
-                      retain_empty: np.ndarray, dest: LogSegment, offset_map: KeyDecisions,
+                      retain_empty: np.ndarray, dest: Destination, offset_map: KeyDecisions,
                       stats: CleanerStats) -> None:
         t = view.table
         n = hi - lo

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cleaner.appender import WindowAppender
 from ..cleaner.exact import ExactDecisions
 from ..cleaner.filter import SegmentFilter
 from ..cleaner.stats import CleanerStats
@@ -103,9 +104,10 @@ def rewrite_group(plan: CompactionPlan, group_index: int, decisions: ExactDecisi
             stats = CleanerStats()
             filt = SegmentFilter(now_ms=plan.now_ms, delete_retention_ms=plan.config.delete_retention_ms,
                                  check_done=_noop)
-            for seg, aborted in zip(sources, group.aborted):
-                txns.add_aborted_transactions(aborted)
-                filt.clean_into(None, seg, cleaned, decisions, txns, plan.last_records, plan.end_offset, stats)
+            with WindowAppender(cleaned) as appender:  # writes a window while the next is cleaned
+                for seg, aborted in zip(sources, group.aborted):
+                    txns.add_aborted_transactions(aborted)
+                    filt.clean_into(None, seg, appender, decisions, txns, plan.last_records, plan.end_offset, stats)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified_ms(sources[-1].last_modified_ms)
