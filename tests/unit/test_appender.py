@@ -1,8 +1,10 @@
 """The cleaned segment's helper-thread appender (cleaner/appender.py): windows in order, errors
-raised on the cleaner's thread, nothing written after the cleaner fails."""
+raised on the cleaner's thread, nothing written after the cleaner fails; and the writeback hint
+it gives (FileRecords.start_writeback)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -10,6 +12,7 @@ from typing import Any, cast
 import pytest
 
 from logkeeper.cleaner.appender import WindowAppender
+from logkeeper.log.file_records import FileRecords, _sync_file_range
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.builder import Record, build_batch
 
@@ -106,3 +109,16 @@ def test_a_real_segment_gets_the_same_bytes_and_index_as_direct_appends(tmp_path
         seg.close()
     for name in ("00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex"):
         assert (tmp_path / "helped" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes(), name
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_start_writeback_reaches_the_kernel(tmp_path: Path) -> None:
+    # the hint the appender gives after each window: libc's sync_file_range, bound with ctypes
+    f = FileRecords(tmp_path / "0.log")
+    f.append(build_batch([Record(0, 1, b"k", b"v" * 5000)]))
+    start = _sync_file_range()
+    assert start is not None
+    assert start(f.fd, 0, 0, 2) == 0  # SYNC_FILE_RANGE_WRITE on a real descriptor
+    assert start(-1, 0, 0, 2) == -1  # a bad descriptor: refused, not a crash
+    f.start_writeback()
+    f.close()
