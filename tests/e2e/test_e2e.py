@@ -144,8 +144,13 @@ def test_01_control_plane_up(control_plane: ControlPlane, kubectl: Kubectl) -> N
 
 def test_02_crds_apply(kubectl: Kubectl) -> None:
     kubectl("apply", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/logvolumes.logkeeper.io",
-            "crd/cleanerpolicies.logkeeper.io", "crd/compactionjobs.logkeeper.io")
+    # polled here, not with ``kubectl wait --for=condition=Established``: that fails at once
+    # (".status.conditions accessor error: <nil>") when it reads a CRD whose status the API
+    # server has not written yet, which happened in one CI run of 2026-11-23
+    for crd in ("logvolumes", "cleanerpolicies", "compactionjobs"):
+        wait_for(lambda name=f"crd/{crd}.logkeeper.io": kubectl(
+            "get", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}").stdout == "True",
+            60, f"{crd}.logkeeper.io Established")
     out = kubectl("api-resources", "--api-group=logkeeper.io").stdout
     for short in ("lv", "cp", "cj"):
         assert short in out, out
