@@ -242,6 +242,21 @@ def test_delayed_file_deletion(tmp_path: Path) -> None:
     log.close()
 
 
+def test_all_pending_files_deleted_now_whatever_the_delay(tmp_path: Path) -> None:
+    # logkeeper clean has no readers to wait for: it removes replaced segments after each round
+    one = batch(5)
+    log = make_log(tmp_path, {"segment.bytes": len(one), "file.delete.delay.ms": 60_000}, clock=ManualClock())
+    for _ in range(3):
+        log.append(one)
+    log.maybe_increment_log_start_offset(10)
+    log.delete_segments_below_start()
+    assert log.delete_expired_files() == 0
+    assert log.delete_expired_files(all_now=True) == 2
+    assert not any(p.name.endswith(".deleted") for p in log.dir.iterdir())
+    assert log.delete_expired_files(all_now=True) == 0
+    log.close()
+
+
 def test_aborted_transaction_goes_to_txn_index_and_lso(tmp_path: Path) -> None:
     log = make_log(tmp_path)
     log.append(batch(2))

@@ -25,6 +25,7 @@ it and the error; the others are still cleaned); 2 for a bad argument or directo
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -86,6 +87,34 @@ def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> 
     return logs
 
 
+class ReplacedFiles:
+    """Removes the logs' replaced segments (``.deleted``) on a helper thread after each round,
+    while the command goes on (the next round, the checkpoints, closing): unlinking W1's 118 MB
+    replaced segment takes 10-15 ms, and 80 ms once its blocks are on disk (measured here). The
+    command has no readers to give file.delete.delay.ms to. ``wait`` before exiting."""
+
+    def __init__(self, logs: Mapping[TopicPartition, Log]) -> None:
+        self._logs = logs
+        self._thread: threading.Thread | None = None
+
+    def remove(self) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._remove, name="replaced-files", daemon=True)
+        self._thread.start()
+
+    def _remove(self) -> None:
+        for log in self._logs.values():
+            try:
+                log.delete_expired_files(all_now=True)
+            except OSError as e:  # close_logs retries what is left
+                _LOG.warning("cannot remove replaced segments of %s: %s", log.dir, e)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
 def close_logs(log_dir: Path, logs: Mapping[TopicPartition, Log]) -> None:
     for log in logs.values():
         log.flush()
@@ -116,6 +145,7 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
         return 2
     failed: dict[TopicPartition, str] = {}
     backlogs: dict[TopicPartition, Backlog] = {}
+    replaced = ReplacedFiles(logs)
     try:
         def print_stats(text: str) -> None:
             out.write(text)
@@ -125,6 +155,7 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
         worker = cleaner.new_worker(0)
         for _ in range(MAX_ROUNDS):
             cleaned = worker.try_clean_filthiest_log()
+            replaced.remove()
             failure = worker.last_failure
             if failure is not None:
                 failed[failure.log.topic_partition] = str(failure)
@@ -135,7 +166,10 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
                 break
         _report_backlogs(backlogs, out)
     finally:
-        close_logs(log_dir, logs)
+        try:
+            close_logs(log_dir, logs)
+        finally:
+            replaced.wait()
     return 1 if failed else 0
 
 

@@ -422,12 +422,13 @@ class Log:
         else:
             self._pending_deletes.append((self._clock() + delay, doomed))
 
-    def delete_expired_files(self) -> int:
-        """Remove ``.deleted`` segments whose delay has passed; return how many."""
+    def delete_expired_files(self, *, all_now: bool = False) -> int:
+        """Remove ``.deleted`` segments whose delay has passed (every one with ``all_now``: a
+        process with no readers to wait for, ``logkeeper clean``); return how many."""
         now = self._clock()
         with self._lock:
-            due = [item for item in self._pending_deletes if item[0] <= now]
-            self._pending_deletes = [item for item in self._pending_deletes if item[0] > now]
+            due = [item for item in self._pending_deletes if all_now or item[0] <= now]
+            self._pending_deletes = [item for item in self._pending_deletes if not (all_now or item[0] <= now)]
         count = 0
         for _when, segments in due:
             for segment in segments:
