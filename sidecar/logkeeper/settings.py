@@ -61,6 +61,8 @@ def subset_of(*choices: str) -> Validator:
 
 @dataclass(frozen=True)
 class Setting:
+    """One config key: its type, default, documentation, validator and unit."""
+
     key: str
     type: type
     default: Any

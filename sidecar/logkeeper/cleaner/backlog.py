@@ -43,6 +43,8 @@ CONTROL = 0x20
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
+    """A log whose dirty keys overflow one offset map: the estimate handed to the Spark offload."""
+
     topic_partition: TopicPartition
     first_dirty_offset: int
     first_uncleanable_offset: int

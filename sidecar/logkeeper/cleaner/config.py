@@ -93,6 +93,8 @@ CLEANER_SETTINGS = SettingGroup("cleaner", (
 
 @dataclass(frozen=True)
 class CleanerConfig:
+    """The cleaner's settings (Kafka's CleanerConfig), one field a key of CLEANER_SETTINGS."""
+
     log_cleaner_threads: int
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_io_buffer_load_factor: float

@@ -38,6 +38,8 @@ I64 = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, eq=False)
 class ExactDecisions:
+    """A round's keep decisions made by exact key elsewhere (the Spark job), for the cleaning pass."""
+
     latest_offset: int
     first_dirty_offset: int
     kept: I64

@@ -59,6 +59,8 @@ class LogCleaningException(LogkeeperError):
 
 @dataclass
 class Uncleanable:
+    """A partition whose round failed: failures so far, when to retry, and why."""
+
     failures: int
     retry_at_ms: int
     reason: str

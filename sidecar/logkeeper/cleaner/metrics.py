@@ -25,6 +25,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class CleanerMetrics:
+    """The cleaner's metrics, as Kafka names them (served by the sidecar)."""
+
     max_buffer_utilization_percent: int = 0
     cleaner_recopy_percent: int = 0
     max_clean_time_secs: int = 0

@@ -33,6 +33,8 @@ CONTROL = 0x20
 
 @dataclass(frozen=True, slots=True)
 class LastRecord:
+    """An active producer's last data offset (None when it has none) and epoch."""
+
     last_data_offset: int | None
     producer_epoch: int
 

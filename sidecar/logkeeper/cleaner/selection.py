@@ -32,6 +32,8 @@ LONG_MAX = (1 << 63) - 1
 
 @dataclass(frozen=True, slots=True)
 class OffsetsToClean:
+    """A log's cleanable range: first dirty offset, first uncleanable offset."""
+
     first_dirty_offset: int
     first_uncleanable_dirty_offset: int
     force_update_checkpoint: bool = False
@@ -78,6 +80,8 @@ def calculate_cleanable_bytes(log: Log, first_dirty_offset: int, uncleanable_off
 
 @dataclass(eq=False)
 class LogToClean:
+    """A log the cleaner may clean: its dirty range, clean bytes and cleanable bytes."""
+
     log: Log
     first_dirty_offset: int
     uncleanable_offset: int

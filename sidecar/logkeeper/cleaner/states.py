@@ -20,18 +20,24 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class InProgress:
+    """A round is cleaning the partition."""
+
     def __str__(self) -> str:
         return "LogCleaningInProgress"
 
 
 @dataclass(frozen=True, slots=True)
 class Aborted:
+    """A round was asked to stop; the partition is paused once it has."""
+
     def __str__(self) -> str:
         return "LogCleaningAborted"
 
 
 @dataclass(frozen=True, slots=True)
 class Paused:
+    """Cleaning is paused, by ``count`` callers that each resume it once."""
+
     count: int
 
     def __str__(self) -> str:

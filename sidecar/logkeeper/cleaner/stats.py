@@ -36,6 +36,8 @@ def monotonic_ms() -> int:
 
 @dataclass
 class CleanerStats:
+    """The counts and times of one cleaning round (see the module docstring)."""
+
     clock_ms: MonotonicMs = field(default=monotonic_ms, repr=False)
     start_ms: int = -1
     map_complete_ms: int = -1

@@ -39,12 +39,16 @@ CONTROL_COMMIT = 1
 
 @dataclass
 class _OngoingAborted:
+    """An aborted transaction being walked, with the last batch offset seen of it."""
+
     txn: AbortedTxn
     last_observed_batch_offset: int | None = None
 
 
 @dataclass
 class CleanedTransactionMetadata:
+    """Transaction state while cleaning (Kafka's CleanedTransactionMetadata)."""
+
     cleaned_index: TransactionIndex | None = None
     _heap: list[tuple[int, int, AbortedTxn]] = field(default_factory=list)
     _seq: int = 0

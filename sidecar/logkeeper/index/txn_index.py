@@ -31,6 +31,8 @@ VERSION = 0
 
 @dataclass(frozen=True, slots=True)
 class AbortedTxn:
+    """One entry of a transaction index: an aborted transaction's producer and offsets."""
+
     producer_id: int
     first_offset: int
     last_offset: int

@@ -53,6 +53,8 @@ def _none_remove(_dir: Path, _tp: TopicPartition) -> None:
 
 @dataclass
 class CleanerHooks:
+    """The calls the LogManager makes into the cleaner (see the module docstring); no-ops by default."""
+
     pause_for_retention: Callable[[], Iterable[TopicPartition]] | None = None
     abort_and_pause: Callable[[TopicPartition], None] = _none
     resume: Callable[[TopicPartition], None] = _none

@@ -63,6 +63,8 @@ class LogOffsetPosition:
 
 @dataclass(frozen=True, slots=True)
 class TimestampAndOffset:
+    """What a time lookup finds: the first batch reaching the target: its max timestamp and an offset to read from."""
+
     timestamp: int
     offset: int
 

@@ -55,6 +55,8 @@ class IndexState:
 
 @dataclass(frozen=True)
 class IndexPlan:
+    """The index entries a run of appended batches makes, and the index state after them."""
+
     offset_entries: tuple[I64, I64]  # (offsets, positions)
     time_entries: tuple[I64, I64]  # (timestamps, offsets)
     max_timestamp: int  # largest batch max timestamp, -1 when none

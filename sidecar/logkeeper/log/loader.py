@@ -60,6 +60,8 @@ class LoadReport:
 
 @dataclass
 class LoadedLog:
+    """What loading a log directory yields: its segments, offsets and the load's report."""
+
     segments: LogSegments
     log_start_offset: int
     recovery_point: int

@@ -71,6 +71,8 @@ class AppendRules(NamedTuple):
 
 @dataclass(frozen=True)
 class LogConfig:
+    """A topic's log settings (Kafka's LogConfig), one field a key of TOPIC_SETTINGS."""
+
     segment_bytes: int
     segment_ms: int
     segment_jitter_ms: int

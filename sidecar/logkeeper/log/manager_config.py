@@ -133,6 +133,8 @@ BROKER_LOG_DEFAULT_SETTINGS = _broker_default_settings()
 
 @dataclass(frozen=True)
 class ManagerConfig:
+    """The LogManager's broker settings, and the topic defaults they imply."""
+
     log_dirs: list[str]
     num_recovery_threads_per_data_dir: int
     log_retention_check_interval_ms: int

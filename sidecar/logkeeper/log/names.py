@@ -63,6 +63,8 @@ def strip_temp_suffix(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TopicPartition:
+    """A topic's partition: ``topic-partition`` in names and lines."""
+
     topic: str
     partition: int
 

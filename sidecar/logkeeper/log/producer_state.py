@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class CompletedTxn:
+    """A transaction ended by a marker: its producer, first and last offsets, and outcome."""
+
     producer_id: int
     first_offset: int
     last_offset: int  # the marker's offset
@@ -87,6 +89,8 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 
 @dataclass(frozen=True)
 class BatchMeta:
+    """A producer's batch as idempotence checks it: sequence and offset ranges."""
+
     first_seq: int
     last_seq: int
     first_offset: int
@@ -95,6 +99,8 @@ class BatchMeta:
 
 @dataclass
 class ProducerEntry:
+    """A producer's epoch and its last batches (at most BATCHES_RETAINED)."""
+
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
 

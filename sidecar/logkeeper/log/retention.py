@@ -36,6 +36,8 @@ SegmentPredicate = Callable[[LogSegment, LogSegment | None], bool]
 
 @dataclass(frozen=True, slots=True)
 class RetentionResult:
+    """How many segments a retention pass deleted, by cause."""
+
     by_start_offset: int
     by_size: int
     by_time: int

@@ -56,6 +56,8 @@ class FetchData:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryResult:
+    """What recovering a segment found: bytes kept and cut, batches read, and why it cut."""
+
     truncated_bytes: int
     valid_bytes: int
     batches: int
