@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import BinaryIO, ClassVar, Self
 
 from logkeeper.errors import IndexOffsetOverflowError
+from logkeeper.fileio import pwrite_all
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes default
 INT32_MAX = 2**31 - 1
@@ -172,9 +173,7 @@ class AbstractIndex(ABC):
         if packed:  # (a file without a map has no room: refused above)
             fd = os.open(self._path, os.O_WRONLY)
             try:
-                written = 0
-                while written < len(packed):
-                    written += os.pwrite(fd, memoryview(packed)[written:], start + written)
+                pwrite_all(fd, packed, start)
             finally:
                 os.close(fd)
         self._entries += count

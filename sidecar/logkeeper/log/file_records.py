@@ -26,6 +26,7 @@ from typing import cast
 import numpy as np
 
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
+from ..fileio import pwrite_all
 from ..records.batch import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC, BatchHeader
 from ..records.scan import BatchTable, scan_batches
 from . import version_cache
@@ -271,6 +272,5 @@ def _finish_write(fd: int, data: bytes | bytearray | memoryview, header: bytes |
                   written: int) -> None:
     """Finish a short write (a signal, a nearly full disk) of ``data`` (its start replaced by
     ``header``) at ``position``, of which ``written`` bytes went."""
-    whole = bytes(data) if header is None else header + bytes(memoryview(data)[len(header):])
-    while written < len(whole):
-        written += os.pwrite(fd, whole[written:], position + written)
+    whole = data if header is None else header + bytes(memoryview(data)[len(header):])
+    pwrite_all(fd, whole, position, written)

@@ -425,10 +425,10 @@ class Log:
     def delete_expired_files(self, *, all_now: bool = False) -> int:
         """Remove ``.deleted`` segments whose delay has passed (every one with ``all_now``: a
         process with no readers to wait for, ``logkeeper clean``); return how many."""
-        now = self._clock()
+        due_by = float("inf") if all_now else self._clock()
         with self._lock:
-            due = [item for item in self._pending_deletes if all_now or item[0] <= now]
-            self._pending_deletes = [item for item in self._pending_deletes if not (all_now or item[0] <= now)]
+            due = [item for item in self._pending_deletes if item[0] <= due_by]
+            self._pending_deletes = [item for item in self._pending_deletes if item[0] > due_by]
         count = 0
         for _when, segments in due:
             for segment in segments:
