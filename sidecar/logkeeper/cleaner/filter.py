@@ -30,12 +30,18 @@ batch stops the round instead of being copied). Written headers get their CRC he
 byte 21); rebuilt compressed batches are compressed here. Windows of at most WINDOW_BYTES source
 bytes are appended to the destination one at a time, after an abort check (``check_done``) and
 through the throttler.
+
+Two threads: a window's records are decided (``_decide``: decompression, decide_kernel, which only
+reads the map) on a helper thread (ahead.py) while the cleaner's thread writes the window before
+it (``_write``: assemble_kernel, CRCs, compression, the append). decide_kernel is the larger half
+of the pass; the two overlap on two cores.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -47,10 +53,11 @@ from ..records.compression import Codec, compress
 from ..records.crc_kernels import HAVE_HW_CRC
 from ..records.scan import BatchTable, walk_error
 from . import filter_kernels as fk
+from .ahead import Ahead
 from .exact import ExactDecisions
 from .offset_map import SipHashOffsetMap
 from .producers import LastRecord
-from .segment_view import SegmentView, record_areas
+from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
 from .throttler import Throttler
 from .txn import CleanedTransactionMetadata, control_type_of
@@ -75,6 +82,30 @@ class Destination(Protocol):
     def append(self, batches: Sequence[AppendedBatch], data: memoryview) -> None: ...
 
 
+@dataclass(frozen=True, eq=False)
+class Decisions:
+    """The records of a window's batches [lo, hi) decided (decide_kernel's outputs and the
+    header columns they came from), for ``SegmentFilter._write``."""
+
+    lo: int
+    hi: int
+    areas: RecordAreas
+    counts: np.ndarray
+    keep_base: np.ndarray
+    keep: np.ndarray
+    rec_pos: np.ndarray
+    attrs: np.ndarray
+    lat: np.ndarray
+    has_horizon: np.ndarray
+    horizon: np.ndarray
+    n_read: np.ndarray
+    n_kept: np.ndarray
+    has_tombstone: np.ndarray
+    kept_max_ts: np.ndarray
+    first_kept_ts: np.ndarray
+    n_invalid: np.ndarray
+
+
 class SegmentFilter:
     def __init__(self, *, now_ms: int, delete_retention_ms: int, check_done: Callable[[], None],
                  throttler: Throttler | None = None) -> None:
@@ -90,10 +121,15 @@ class SegmentFilter:
             if view.count == 0:
                 return
             mode, marker_for_empty_txn, retain_empty = self._batch_modes(view, txns, last_records, upper_bound)
-            for lo, hi in view.windows(WINDOW_BYTES):
-                self.check_done()
-                self._clean_window(view, lo, hi, mode[lo:hi], marker_for_empty_txn[lo:hi], retain_empty[lo:hi],
-                                   dest, offset_map, stats)
+
+            def decide(window: tuple[int, int]) -> Decisions:  # on the helper thread
+                return self._decide(view, window[0], window[1], mode[window[0]:window[1]], offset_map)
+
+            with Ahead(decide, list(view.windows(WINDOW_BYTES)), name="cleaning-decisions") as windows:
+                for d in windows:
+                    self.check_done()
+                    self._write(view, d, mode[d.lo:d.hi], marker_for_empty_txn[d.lo:d.hi], retain_empty[d.lo:d.hi],
+                                dest, stats)
 
     # ------------------------------------------------------------------ batch decisions
     def _batch_modes(self, view: SegmentView, txns: CleanedTransactionMetadata,
@@ -151,9 +187,8 @@ class SegmentFilter:
         return last
 
     # ------------------------------------------------------------------ one window
-    def _clean_window(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, marker_empty_txn: np.ndarray,
-                      retain_empty: np.ndarray, dest: Destination, offset_map: KeyDecisions,
-                      stats: CleanerStats) -> None:
+    def _decide(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, offset_map: KeyDecisions) -> Decisions:
+        """decide_kernel over the window [lo, hi): which records stay (reads the map only)."""
         t = view.table
         n = hi - lo
         counts = t.record_count[lo:hi].astype(np.int64)
@@ -169,12 +204,10 @@ class SegmentFilter:
         base_ts = t.base_timestamp[lo:hi]
         max_ts = t.max_timestamp[lo:hi]
         horizon = np.where(has_horizon, base_ts, -1)
-        n_read = np.zeros(n, dtype=np.int64)
-        n_kept = np.zeros(n, dtype=np.int64)
-        has_tomb = np.zeros(n, dtype=np.bool_)
-        kept_max_ts = np.zeros(n, dtype=np.int64)
-        first_kept_ts = np.zeros(n, dtype=np.int64)
-        n_invalid = np.zeros(n, dtype=np.int64)
+        d = Decisions(lo, hi, areas, counts, keep_base, keep, rec_pos, attrs, lat, has_horizon, horizon,
+                      n_read=np.zeros(n, dtype=np.int64), n_kept=np.zeros(n, dtype=np.int64),
+                      has_tombstone=np.zeros(n, dtype=np.bool_), kept_max_ts=np.zeros(n, dtype=np.int64),
+                      first_kept_ts=np.zeros(n, dtype=np.int64), n_invalid=np.zeros(n, dtype=np.int64))
         if isinstance(offset_map, ExactDecisions):
             exact, table, k0, k1 = True, _NO_TABLE, np.uint64(0), np.uint64(0)
             kept_offsets, superseded = offset_map.kept, offset_map.superseded
@@ -188,8 +221,8 @@ class SegmentFilter:
             view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
             t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep, rec_pos,
             table, k0, k1, np.int64(offset_map.latest_offset),
-            np.int64(self.now_ms), n_read, n_kept, has_tomb, kept_max_ts, first_kept_ts, n_invalid,
-            exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base),
+            np.int64(self.now_ms), d.n_read, d.n_kept, d.has_tombstone, d.kept_max_ts, d.first_kept_ts,
+            d.n_invalid, exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base),
             t.position[lo:hi], t.size[lo:hi], t.crc[lo:hi])
         if err == fk.ERR_CRC:
             raise crc_mismatch(int(err_pos), int(t.crc[lo + int(err_row)]), int(detail)).in_file(view.path)
@@ -197,18 +230,28 @@ class SegmentFilter:
             row = int(err_row)
             where = int(t.position[lo + row]) if areas.in_dbuf[row] else int(err_pos)
             raise walk_error(int(err), where, lo + row, int(detail)).in_file(view.path)
+        return d
 
+    def _write(self, view: SegmentView, d: Decisions, mode: np.ndarray, marker_empty_txn: np.ndarray,
+               retain_empty: np.ndarray, dest: Destination, stats: CleanerStats) -> None:
+        """The window's batches by their actions (assemble_kernel), appended to ``dest``."""
+        t = view.table
+        lo, hi, n = d.lo, d.hi, d.hi - d.lo
+        areas, attrs, lat, horizon = d.areas, d.attrs, d.lat, d.horizon
+        n_read, n_kept, counts = d.n_read, d.n_kept, d.counts
+        base_ts = t.base_timestamp[lo:hi]
+        max_ts = t.max_timestamp[lo:hi]
         retained = n_kept > 0
-        need_horizon = (has_tomb | marker_empty_txn) & ~has_horizon
+        need_horizon = (d.has_tombstone | marker_empty_txn) & ~d.has_horizon
         original = retained & (n_kept == n_read) & ~need_horizon
         action = np.full(n, fk.ACTION_DROP, dtype=np.int8)
         action[retained] = fk.ACTION_REBUILD
         action[original] = fk.ACTION_ORIGINAL
         action[~retained & retain_empty & (mode != fk.MODE_DELETE)] = fk.ACTION_EMPTY
         new_horizon = np.where(need_horizon, self.now_ms + self.delete_retention_ms, horizon)
-        new_base_ts = np.where(new_horizon >= 0, new_horizon, first_kept_ts)
+        new_base_ts = np.where(new_horizon >= 0, new_horizon, d.first_kept_ts)
         new_attrs = (attrs & 0x3F) | np.where(new_horizon >= 0, DELETE_HORIZON, 0)
-        new_max_ts = np.where(lat, max_ts, kept_max_ts)
+        new_max_ts = np.where(lat, max_ts, d.kept_max_ts)
         sizes = t.size[lo:hi].astype(np.int64)
         bound = np.where(action == fk.ACTION_ORIGINAL, sizes, 0) + np.where(action == fk.ACTION_EMPTY, 61, 0) + \
             np.where(action == fk.ACTION_REBUILD,
@@ -218,14 +261,14 @@ class SegmentFilter:
         out_size = np.zeros(n, dtype=np.int64)
         written = fk.assemble_kernel(
             view.buf, areas.dbuf, areas.in_dbuf, out, action, t.position[lo:hi], sizes,
-            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, keep_base, keep, rec_pos,
+            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, d.keep_base, d.keep, d.rec_pos,
             t.partition_leader_epoch[lo:hi], attrs, t.last_offset_delta[lo:hi], t.producer_id[lo:hi],
             t.producer_epoch[lo:hi], t.base_sequence[lo:hi], new_attrs, new_base_ts, new_max_ts, n_kept,
             out_pos, out_size)
         data = self._finish(out[:int(written)], action, attrs, out_pos, out_size)
 
         stats.read_messages(int(n_read.sum()), int(sizes.sum()))
-        stats.invalid_messages(int(n_invalid.sum()))
+        stats.invalid_messages(int(d.n_invalid.sum()))
         rows = np.flatnonzero(action != fk.ACTION_DROP)
         if rows.size:
             last_offsets = t.last_offset[lo:hi][rows].tolist()

@@ -2,11 +2,13 @@
 
 For the dirty segments of [start, end), in order, from the offset-index position of ``start``
 in each: control batches and the transaction index's aborted data are counted but not mapped
-(see txn.py); every keyed record at or above ``start`` goes into the map (the compiled loop of
-map_kernel.py). When the map reaches its load factor the round stops there: the map is partial
-and its latest offset (the last offset mapped, or the last whole batch's) bounds the round.
-After each whole segment the latest offset moves to the next segment's base - 1 (or
-``end`` - 1), so a gap of missing offsets does not hold the cleaner back.
+(see txn.py); every keyed record at or above ``start`` goes into the map (the compiled loops of
+map_kernel.py: each window is parsed and hashed on a helper thread, cleaner/ahead.py, while the
+cleaner's thread puts the window before it into the table). When the map reaches its load
+factor the round stops there: the map is partial and its latest offset (the last offset mapped,
+or the last whole batch's) bounds the round. After each whole segment the latest offset moves
+to the next segment's base - 1 (or ``end`` - 1), so a gap of missing offsets does not hold the
+cleaner back.
 
 Statistics as Kafka counts them: records read while mapping; bytes read, counted by read-buffer
 chunks of ``io_buffer_size`` bytes (a chunk ends before the first batch that does not fit; a
@@ -18,16 +20,19 @@ counted, as Kafka returns before counting it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import CorruptRecordError
 from ..log.log import Log
 from ..records.scan import walk_error
-from ..records.scan_kernels import MIN_RECORD_SIZE
+from ..records.scan_kernels import ERR_NONE, MIN_RECORD_SIZE
 from . import map_kernel as mk
+from .ahead import Ahead
 from .offset_map import SipHashOffsetMap
-from .segment_view import SegmentView, record_areas
+from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
 from .throttler import Throttler
 from .txn import CleanedTransactionMetadata, collect_aborted, control_type_of
@@ -37,6 +42,21 @@ CONTROL = 0x20
 WINDOW_BYTES = 16 * 1024 * 1024
 
 CheckDone = Callable[[], None]
+
+
+@dataclass(frozen=True, eq=False)
+class HashedWindow:
+    """A window's batches [lo, hi) with their record areas and hash_kernel's rows; ``rows``
+    batches parsed, and the error of the next one when ``error`` is not ERR_NONE."""
+
+    lo: int
+    hi: int
+    areas: RecordAreas
+    hashed: npt.NDArray[np.int64]
+    rows: int
+    error: int
+    error_position: int
+    detail: int
 
 
 class MapBuilder:
@@ -86,36 +106,47 @@ class MapBuilder:
         t = view.table
         mode = self.batch_modes(view, txns)
         last_offsets = t.last_offset
+        k0, k1 = offset_map.k0, offset_map.k1  # the map's secret stays for the round (grow keeps it)
+
+        def hash_window(window: tuple[int, int]) -> HashedWindow:  # on the helper thread
+            lo, hi = window
+            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MODE_DATA)
+            counts = t.record_count[lo:hi]
+            hashed = np.empty((mk.hashed_rows(counts, areas.start, areas.end, mode[lo:hi]), 3), dtype=np.int64)
+            rows, _, err, err_pos, detail = mk.hash_kernel(
+                view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, counts, t.base_offset[lo:hi],
+                mode[lo:hi], start, k0, k1, hashed)
+            return HashedWindow(lo, hi, areas, hashed, int(rows), int(err), int(err_pos), int(detail))
+
         entries, latest = offset_map.size, offset_map.latest_offset
         max_entries = offset_map.max_entries
         full_row = -1
-        for lo, hi in view.windows(WINDOW_BYTES):
-            self.check_done()
-            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MODE_DATA)
-            row = 0
-            while True:
-                status, row, entries, latest, counted, err, err_pos, detail = mk.map_kernel(
-                    view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
-                    t.base_offset[lo:hi], last_offsets[lo:hi], mode[lo:hi], row, start,
-                    offset_map.table, offset_map.k0, offset_map.k1, np.int64(entries),
-                    np.int64(max_entries), np.int64(offset_map.grow_at),
-                    offset_map.table.shape[0] < offset_map.slots_limit, np.int64(latest),
-                    offset_map.superseded, np.int64(offset_map.superseded_base))
-                stats.index_messages_read(int(counted))
-                if status == mk.NEED_GROW:
-                    offset_map.set_state(int(entries), int(latest))
-                    offset_map.grow()
-                    continue
-                break
-            offset_map.set_state(int(entries), int(latest))
-            if status == mk.ERROR:
-                raise self._error(view, areas.in_dbuf[int(row)], lo + int(row), int(err), int(err_pos),
-                                  int(detail))
-            if self.throttler is not None:
-                self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
-            if status == mk.FULL:
-                full_row = lo + int(row)
-                break
+        with Ahead(hash_window, list(view.windows(WINDOW_BYTES)), name="offset-map-hashing") as windows:
+            for w in windows:
+                self.check_done()
+                lo, hi = w.lo, w.hi
+                row, rec = 0, 0
+                while True:
+                    status, row, rec, entries, latest, counted = mk.put_kernel(
+                        t.record_count[lo:hi], last_offsets[lo:hi], mode[lo:hi], row, w.rows, rec, start,
+                        w.hashed, offset_map.table, np.int64(entries), np.int64(max_entries),
+                        np.int64(offset_map.grow_at), offset_map.table.shape[0] < offset_map.slots_limit,
+                        np.int64(latest), offset_map.superseded, np.int64(offset_map.superseded_base))
+                    stats.index_messages_read(int(counted))
+                    if status == mk.NEED_GROW:
+                        offset_map.set_state(int(entries), int(latest))
+                        offset_map.grow()
+                        continue
+                    break
+                offset_map.set_state(int(entries), int(latest))
+                if status == mk.FULL:
+                    full_row = lo + int(row)
+                    break
+                if w.error != ERR_NONE:
+                    raise self._error(view, bool(w.areas.in_dbuf[w.rows]), lo + w.rows, w.error, w.error_position,
+                                      w.detail)
+                if self.throttler is not None:
+                    self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
         stats.index_bytes_read(self._chunk_bytes(view, log, full_row))
         if full_row >= 0:
             return True
