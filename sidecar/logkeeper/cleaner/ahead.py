@@ -1,25 +1,29 @@
-"""Work done a few items ahead on a helper thread, its results taken in order.
+"""Work done a few items ahead, on a helper thread and by the consumer while it would wait; the
+results taken in order.
 
 Why: a round's map is built window by window in two steps (map_kernel.py): parsing the
 window's records and hashing their keys, then putting the hashes into the table in offset
-order. Only the puts must be in order, so while the cleaner's thread puts one window, a helper
-parses and hashes the next; the compiled kernels run without the GIL, so the two steps use two
-cores. ``Ahead`` is that helper, independent of what the work is.
+order; the cleaning pass likewise decides a window's records, then writes them (filter.py). Only
+the second step must follow the windows' order, so the first can run ahead, on another core: the
+compiled kernels run without the GIL. ``Ahead`` does that, independent of what the work is.
 
-``Ahead(fn, items, depth)`` calls ``fn`` on each item in order on its thread, at most ``depth``
-results waiting, and iterating over it yields the results in order. An exception of ``fn`` is
-raised where its item's result would have been yielded, and the helper then starts nothing more:
-the consumer sees the error at the point it would have seen it without the helper, and results
-it never reaches are never taken (a round that stops early, when its map is full, never raises
-the error of a window it did not need). ``close`` (also leaving the ``with`` block) stops the
-helper starting items and waits for the one it is working on, so nothing the items refer to (a
-mapped segment) is used after the block.
+``Ahead(fn, items, depth)`` calls ``fn`` on the items, started in order, and iterating over it
+yields the results in order. A helper thread starts the next item whenever it is free; so does
+the consumer when the result it wants is still being computed (rather than wait idle, it computes
+a later one), or computes the one it wants when nobody has started it. At most ``depth`` items are
+started and not yet yielded, which bounds the memory results hold.
+
+An exception of ``fn`` is raised where its item's result would have been yielded, and no item
+after it is started once it is known: the consumer sees the error where it would have seen it
+without the helper, and an item it never reaches is never raised (a round that stops early, when
+its map is full, does not fail on a window it did not need). ``close`` (also leaving the ``with``
+block) stops the helper starting items and waits for the one it is working on, so nothing the
+items refer to (a mapped segment) is used after the block.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Generic, TypeVar, cast
@@ -29,7 +33,7 @@ R = TypeVar("R")
 
 
 class Ahead(Generic[T, R]):
-    """Results of ``fn`` over ``items``, computed ``depth`` items ahead (see the module docstring)."""
+    """Results of ``fn`` over ``items``, computed ahead (see the module docstring)."""
 
     def __init__(self, fn: Callable[[T], R], items: Sequence[T], *, depth: int = 2, name: str = "ahead") -> None:
         if depth < 1:
@@ -37,45 +41,68 @@ class Ahead(Generic[T, R]):
         self._fn = fn
         self._items = items
         self._depth = depth
-        self._results: deque[tuple[R | None, BaseException | None]] = deque()  # (result, error)
-        self._cond = threading.Condition()
+        self._results: dict[int, tuple[R | None, BaseException | None]] = {}  # index -> (result, error)
+        self._next = 0  # the next item to start
+        self._taken = 0  # results yielded
+        self._end = len(items)  # no item from here is started: the end, or just after a failed one
         self._stopped = False
-        self._finished = False
+        self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _start_next(self, limit: int) -> int | None:
+        """Under the lock: the index of the item to start now, if it is before ``limit``."""
+        i = self._next
+        if i >= self._end or i >= limit:
+            return None
+        self._next = i + 1
+        return i
+
+    def _compute(self, i: int) -> None:
+        result: R | None = None
+        error: BaseException | None = None
         try:
-            for item in self._items:
-                with self._cond:
-                    while len(self._results) >= self._depth and not self._stopped:
-                        self._cond.wait()
-                    if self._stopped:
-                        return
-                result: R | None = None
-                error: BaseException | None = None
-                try:
-                    result = self._fn(item)
-                except BaseException as e:  # raised on the consumer's thread
-                    error = e
-                with self._cond:
-                    self._results.append((result, error))
-                    self._cond.notify_all()
-                if error is not None:
-                    return
-        finally:
+            result = self._fn(self._items[i])
+        except BaseException as e:  # raised on the consumer's thread, at item i
+            error = e
+        with self._cond:
+            self._results[i] = (result, error)
+            if error is not None:
+                self._end = min(self._end, i + 1)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
             with self._cond:
-                self._finished = True
-                self._cond.notify_all()
+                while True:
+                    if self._stopped or self._next >= self._end:
+                        return
+                    i = self._start_next(self._taken + self._depth)
+                    if i is not None:
+                        break
+                    self._cond.wait()
+            self._compute(i)
 
     def __iter__(self) -> Iterator[R]:
         while True:
+            i = self._taken
             with self._cond:
-                while not self._results and not self._finished:
-                    self._cond.wait()
-                if not self._results:
-                    return
-                result, error = self._results.popleft()
+                while i not in self._results:
+                    if i >= self._end:
+                        return  # every item yielded (or the failed one raised)
+                    # the wanted item when nobody started it, or a later one while the helper
+                    # computes the wanted one
+                    j = self._start_next(i + self._depth)
+                    if j is not None:
+                        self._cond.release()
+                        try:
+                            self._compute(j)
+                        finally:
+                            self._cond.acquire()
+                    else:
+                        self._cond.wait()
+                result, error = self._results.pop(i)
+                self._taken = i + 1
                 self._cond.notify_all()
             if error is not None:
                 raise error
