@@ -6,11 +6,13 @@ Exit codes: 0 success; 1 bad data (one line naming the file and position); 2 usa
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import LogkeeperError
@@ -22,8 +24,25 @@ from .errors import LogkeeperError
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+@contextmanager
+def _importing() -> Iterator[None]:
+    """Around a command's imports: no garbage collection meanwhile. Importing creates objects by
+    the hundred thousand (numpy's and logkeeper's modules, classes, functions) and none of them is
+    garbage, yet each 700 allocations start a collection that walks them: 10-20 ms of the 150-180
+    ms that `logkeeper clean` spends importing (measured here with gc.disable() around the same
+    imports). Collection resumes for the command's work."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _cmd_dump(args: argparse.Namespace) -> int:
-    from .tools.dump import dump_file
+    with _importing():
+        from .tools.dump import dump_file
 
     for f in args.files:
         dump_file(Path(f), sys.stdout, deep=args.deep_iteration, as_json=args.json)
@@ -31,7 +50,8 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .tools.verify import verify_path
+    with _importing():
+        from .tools.verify import verify_path
 
     report = verify_path(Path(args.dir))
     for note in report.notes:
@@ -46,7 +66,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    from .tools.recover import recover_path
+    with _importing():
+        from .tools.recover import recover_path
 
     changed = recover_path(Path(args.log_dir), sys.stdout, _overrides(args.config))
     print(f"recovered; {changed} partitions changed")
@@ -54,7 +75,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    from .cleaner.clean_command import run_clean
+    with _importing():
+        from .cleaner.clean_command import run_clean
 
     return run_clean(Path(args.log_dir), _overrides(args.config), sys.stdout, lambda: int(time.time() * 1000))
 
@@ -70,7 +92,8 @@ def _overrides(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_sidecar(args: argparse.Namespace) -> int:
-    from .server.main import run
+    with _importing():
+        from .server.main import run
 
     if not args.verbose:
         logging.getLogger().setLevel(logging.INFO)  # the sidecar's log is its operator's view
@@ -78,7 +101,8 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
 
 
 def _cmd_spark_compact(args: argparse.Namespace) -> int:
-    from .spark.command import main as spark_compact
+    with _importing():
+        from .spark.command import main as spark_compact
 
     return spark_compact(args)
 
