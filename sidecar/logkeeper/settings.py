@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InvalidConfigError
 
@@ -59,8 +59,7 @@ def subset_of(*choices: str) -> Validator:
     return Check(check, {"items": {"type": "string", "enum": list(choices)}})
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One config key: its type, default, documentation, validator and unit."""
 
     key: str

@@ -20,7 +20,7 @@ Vectorised over the header columns (numpy), one pass over every segment's header
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,8 +31,7 @@ TRANSACTIONAL = 0x10
 CONTROL = 0x20
 
 
-@dataclass(frozen=True, slots=True)
-class LastRecord:
+class LastRecord(NamedTuple):
     """An active producer's last data offset (None when it has none) and epoch."""
 
     last_data_offset: int | None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..log.log import Log
 from ..log.names import TopicPartition
@@ -30,8 +31,7 @@ _LOG = logging.getLogger(__name__)
 LONG_MAX = (1 << 63) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetsToClean:
+class OffsetsToClean(NamedTuple):
     """A log's cleanable range: first dirty offset, first uncleanable offset."""
 
     first_dirty_offset: int

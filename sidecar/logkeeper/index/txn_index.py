@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import CorruptIndexError
 
@@ -29,8 +29,7 @@ ENTRY_SIZE = ENTRY.size  # 34
 VERSION = 0
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
+class AbortedTxn(NamedTuple):
     """One entry of a transaction index: an aborted transaction's producer and offsets."""
 
     producer_id: int

@@ -19,9 +19,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -53,8 +52,7 @@ def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     return cast(Callable[[int, int, int, int], int], fn)
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetPosition:
+class LogOffsetPosition(NamedTuple):
     """Where a batch holding a wanted offset starts: its last offset, position and size."""
 
     offset: int
@@ -62,8 +60,7 @@ class LogOffsetPosition:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimestampAndOffset:
+class TimestampAndOffset(NamedTuple):
     """What a time lookup finds: the first batch reaching the target: its max timestamp and an offset to read from."""
 
     timestamp: int

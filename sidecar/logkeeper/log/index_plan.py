@@ -15,7 +15,7 @@ timestamp so far and its offset, the time index's last timestamp); a rebuild sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -39,8 +39,7 @@ def _entry_rows(positions, interval, last_entry):  # type: ignore[no-untyped-def
     return out[:k], last
 
 
-@dataclass(frozen=True)
-class IndexState:
+class IndexState(NamedTuple):
     """What the append path carries from batch to batch (LogSegment's fields of the same names)."""
 
     bytes_since_last_entry: int
@@ -53,8 +52,7 @@ class IndexState:
         return cls(0, NO_TIMESTAMP, base_offset, NO_TIMESTAMP)
 
 
-@dataclass(frozen=True)
-class IndexPlan:
+class IndexPlan(NamedTuple):
     """The index entries a run of appended batches makes, and the index state after them."""
 
     offset_entries: tuple[I64, I64]  # (offsets, positions)

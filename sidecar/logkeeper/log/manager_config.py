@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidConfigError
 from ..settings import LONG_MAX, Setting, SettingGroup, Validator, at_least
@@ -62,8 +62,7 @@ MANAGER_SETTINGS = SettingGroup("broker", (
 ))
 
 
-@dataclass(frozen=True, slots=True)
-class Synonym:
+class Synonym(NamedTuple):
     """A broker key that sets the default of a topic key: value * ``multiplier``."""
 
     broker_key: str

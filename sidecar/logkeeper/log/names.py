@@ -9,8 +9,8 @@ zero-padded to 20 digits with the suffixes below; a temporary suffix (``.cleaned
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -61,8 +61,7 @@ def strip_temp_suffix(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
     """A topic's partition: ``topic-partition`` in names and lines."""
 
     topic: str
@@ -90,8 +89,7 @@ def validate_topic(topic: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionDirName:
+class PartitionDirName(NamedTuple):
     """A parsed partition directory name: plain, or a -delete/-stray/-future form."""
 
     topic_partition: TopicPartition

@@ -33,7 +33,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -87,8 +87,7 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return (base_sequence + last_offset_delta) % (INT32_MAX + 1)
 
 
-@dataclass(frozen=True)
-class BatchMeta:
+class BatchMeta(NamedTuple):
     """A producer's batch as idempotence checks it: sequence and offset ranges."""
 
     first_seq: int

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .log import Log
 from .segment import LogSegment
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 SegmentPredicate = Callable[[LogSegment, LogSegment | None], bool]
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionResult:
+class RetentionResult(NamedTuple):
     """How many segments a retention pass deleted, by cause."""
 
     by_start_offset: int

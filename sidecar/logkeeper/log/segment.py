@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,8 +44,7 @@ class AppendedBatch(NamedTuple):
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class FetchData:
+class FetchData(NamedTuple):
     """Whole batches read from a segment: their bytes, first batch position and base offset."""
 
     position: int
@@ -54,8 +52,7 @@ class FetchData:
     first_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
+class RecoveryResult(NamedTuple):
     """What recovering a segment found: bytes kept and cut, batches read, and why it cut."""
 
     truncated_bytes: int

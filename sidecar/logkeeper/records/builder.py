@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from .batch import (
     CONTROL_FLAG,
@@ -59,15 +59,14 @@ class ControlType(IntEnum):
     COMMIT = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One record as a reader sees it: absolute offset and timestamp."""
 
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: Headers = field(default=())
+    headers: Headers = ()
 
 
 def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, record: Record) -> None:
