@@ -139,14 +139,14 @@ class MapBuilder:
                         continue
                     break
                 offset_map.set_state(int(entries), int(latest))
-                if status == mk.FULL:
-                    full_row = lo + int(row)
-                    break
-                if w.error != ERR_NONE:
+                if status != mk.FULL and w.error != ERR_NONE:  # a full map stopped before the bad batch
                     raise self._error(view, bool(w.areas.in_dbuf[w.rows]), lo + w.rows, w.error, w.error_position,
                                       w.detail)
                 if self.throttler is not None:
                     self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
+                if status == mk.FULL:
+                    full_row = lo + int(row)
+                    break
         stats.index_bytes_read(self._chunk_bytes(view, log, full_row))
         if full_row >= 0:
             return True
