@@ -6,8 +6,10 @@ Modules, one job each:
 - siphash.py       the keyed 128-bit key hash (SipHash-1-3-128) used instead of MD5
 - offset_map.py    OffsetMap (the interface) and SipHashOffsetMap (24-byte slots, numba probes)
 - segment_view.py  a segment mapped whole, its batch headers, windows and record areas
-- map_kernel.py    compiled loop filling the map    | map_builder.py  building a round's map
+- map_kernel.py    compiled loops filling the map (hash, put) | map_builder.py  a round's map
 - filter_kernels.py compiled record decisions and batch output | filter.py  one segment's copy
+- ahead.py         a window's first step done ahead on a helper thread (both of the above)
+- appender.py      a cleaned segment's windows appended on a helper thread
 - txn.py           transaction state while walking a log (aborted data, markers)
 - producers.py     the producers still active, whose last batch must stay
 - grouping.py      grouping segments into the segments that replace them
