@@ -377,6 +377,11 @@ def main() -> None:
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine: best of the repeats)",
             f"- host speed: {HOST_LOOP} took {speed_before:.2f} s before the run and {speed_after:.2f} s after it "
             "(this host's speed varies by 2x or more over hours: 0.25 s in its fast phases)",
+            "- threads: one cleaner thread (log.cleaner.threads=1), cleaning one log at a time as Kafka's "
+            "does; within its round two helpers share the work: the first step of each window (parsing and "
+            "hashing for the map, deciding records for the cleaning pass) runs ahead on one "
+            "(cleaner/ahead.py), the appends of the cleaned windows on the other (cleaner/appender.py). "
+            "A round uses up to two cores.",
             "",
             "",
         ]

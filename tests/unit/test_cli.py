@@ -8,6 +8,7 @@ Exit codes (cli.py): 0 success; 1 bad data, with one line naming the file and th
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from logkeeper import cli
 from logkeeper.cli import main
 from logkeeper.log import names
 from logkeeper.log.log import Log
@@ -420,3 +422,20 @@ def test_the_command_starts_numpy_without_a_blas_thread_pool() -> None:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == expected
+
+
+def test_garbage_collection_is_off_only_while_a_command_imports() -> None:
+    assert gc.isenabled()
+    with cli._importing():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ImportError), cli._importing():
+        raise ImportError("a failed import")
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned collection off keeps it off
+    try:
+        with cli._importing():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
