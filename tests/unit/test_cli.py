@@ -439,3 +439,21 @@ def test_garbage_collection_is_off_only_while_a_command_imports() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("argv", [
+    ["clean", "/d", "--config", "a=b"], ["-v", "verify", "/d"], ["dump-log", "--json", "x.log"],
+    ["recover", "/d"], ["sidecar", "--config", "f.yaml"],
+    ["spark-compact", "--log-dir", "/d", "--partition", "t-0", "--staging", "/s"],
+])
+def test_the_named_commands_parser_alone_parses_as_the_whole_one(argv: list[str]) -> None:
+    command = cli._named_command(argv)
+    assert command == next(a for a in argv if not a.startswith("-"))
+    alone = cli.build_parser(command)
+    assert list(alone._subparsers._group_actions[0].choices) == [command]  # type: ignore[union-attr]
+    assert vars(alone.parse_args(argv)) == vars(cli.build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", [[], ["-v"], ["--help"], ["bogus", "x"], ["-v", "bogus"]])
+def test_help_and_unknown_commands_get_every_command(argv: list[str]) -> None:
+    assert cli._named_command(argv) is None

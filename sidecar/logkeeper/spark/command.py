@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,8 +55,6 @@ def maybe_kill_group(step: str) -> None:
     right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it (crash tests)."""
     if os.environ.get(CRASH_ENV) != step:
         return
-    import signal  # here: the module is imported by every `logkeeper` start (cli.build_parser)
-
     sys.stderr.write(f"spark-compact: job killed after step {step} ({CRASH_ENV})\n")
     sys.stderr.flush()
     session = int(os.environ.get(JOB_SESSION_ENV) or 0)
