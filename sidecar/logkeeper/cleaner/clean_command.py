@@ -88,10 +88,10 @@ def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> 
 
 
 class ReplacedFiles:
-    """Removes the logs' replaced segments (``.deleted``) on a helper thread after each round,
-    while the command goes on (the next round, the checkpoints, closing): unlinking W1's 118 MB
-    replaced segment takes 10-15 ms, and 80 ms once its blocks are on disk (measured here). The
-    command has no readers to give file.delete.delay.ms to. ``wait`` before exiting."""
+    """Removes the logs' replaced segments (``.deleted``) on a helper thread after each round that
+    replaced some, while the command goes on (the next round, the checkpoints, closing): unlinking
+    W1's 118 MB replaced segment takes 10-15 ms, and 80 ms once its blocks are on disk (measured
+    here). The command has no readers to give file.delete.delay.ms to. ``wait`` before exiting."""
 
     def __init__(self, logs: Mapping[TopicPartition, Log]) -> None:
         self._logs = logs
@@ -106,7 +106,7 @@ class ReplacedFiles:
         for log in self._logs.values():
             try:
                 log.delete_expired_files(all_now=True)
-            except OSError as e:  # close_logs retries what is left
+            except OSError as e:  # remove_leftovers retries what is left
                 _LOG.warning("cannot remove replaced segments of %s: %s", log.dir, e)
 
     def wait(self) -> None:
@@ -124,8 +124,14 @@ def close_logs(log_dir: Path, logs: Mapping[TopicPartition, Log]) -> None:
         {tp: log.log_start_offset for tp, log in logs.items()})
     for log in logs.values():
         log.close()
+
+
+def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:
+    """Replaced segments ReplacedFiles did not remove (a failed unlink, a swap that failed after
+    its renames): no reader is left, offline."""
+    for log in logs.values():
         for leftover in log.dir.glob(f"*{DELETED_SUFFIX}"):
-            leftover.unlink(missing_ok=True)  # replaced segments: no reader is left offline
+            leftover.unlink(missing_ok=True)
 
 
 def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int]) -> int:
@@ -155,7 +161,8 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
         worker = cleaner.new_worker(0)
         for _ in range(MAX_ROUNDS):
             cleaned = worker.try_clean_filthiest_log()
-            replaced.remove()
+            if cleaned:
+                replaced.remove()  # goes on during the next round, and the last one while the logs close
             failure = worker.last_failure
             if failure is not None:
                 failed[failure.log.topic_partition] = str(failure)
@@ -170,6 +177,7 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
             close_logs(log_dir, logs)
         finally:
             replaced.wait()
+        remove_leftovers(logs)
     return 1 if failed else 0
 
 
