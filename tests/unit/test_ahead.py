@@ -112,3 +112,24 @@ def test_close_waits_for_the_running_item_and_starts_no_more() -> None:
 def test_depth_must_be_positive() -> None:
     with pytest.raises(ValueError, match="depth"):
         Ahead(lambda x: x, [1], depth=0)
+
+
+def test_an_interrupt_of_the_consumer_while_it_helps_is_raised_at_once() -> None:
+    """Ctrl-C arrives on the main thread: when it comes while the consumer computes a later item
+    (instead of waiting), it is raised there, not stored until that item's turn."""
+    consumer = threading.get_ident()
+    interrupted: list[int] = []
+
+    def work(x: int) -> int:
+        if threading.get_ident() == consumer and x > 0:
+            interrupted.append(x)
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+        return x
+
+    got: list[int] = []
+    with Ahead(work, list(range(10)), depth=2) as ahead, pytest.raises(KeyboardInterrupt):
+        for x in ahead:
+            got.append(x)
+    assert interrupted and got == list(range(interrupted[0] - 1))
+    assert not ahead._thread.is_alive()

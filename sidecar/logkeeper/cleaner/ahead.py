@@ -16,7 +16,8 @@ started and not yet yielded, which bounds the memory results hold.
 An exception of ``fn`` is raised where its item's result would have been yielded, and no item
 after it is started once it is known: the consumer sees the error where it would have seen it
 without the helper, and an item it never reaches is never raised (a round that stops early, when
-its map is full, does not fail on a window it did not need). ``close`` (also leaving the ``with``
+its map is full, does not fail on a window it did not need). An interrupt (KeyboardInterrupt) of
+the consumer while it computes a later item is raised at once. ``close`` (also leaving the ``with``
 block) stops the helper starting items and waits for the one it is working on, so nothing the
 items refer to (a mapped segment) is used after the block.
 """
@@ -58,12 +59,18 @@ class Ahead(Generic[T, R]):
         self._next = i + 1
         return i
 
-    def _compute(self, i: int) -> None:
+    def _compute(self, i: int, *, by_consumer: bool = False) -> None:
         result: R | None = None
         error: BaseException | None = None
         try:
             result = self._fn(self._items[i])
-        except BaseException as e:  # raised on the consumer's thread, at item i
+        except Exception as e:  # raised on the consumer's thread, at item i
+            error = e
+        except BaseException as e:
+            if by_consumer:  # an interrupt of the consumer itself (Ctrl-C): now, not at item i
+                with self._cond:
+                    self._end = min(self._end, i)
+                raise
             error = e
         with self._cond:
             self._results[i] = (result, error)
@@ -96,7 +103,7 @@ class Ahead(Generic[T, R]):
                     if j is not None:
                         self._cond.release()
                         try:
-                            self._compute(j)
+                            self._compute(j, by_consumer=True)
                         finally:
                             self._cond.acquire()
                     else:
