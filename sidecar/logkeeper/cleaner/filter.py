@@ -31,10 +31,10 @@ byte 21); rebuilt compressed batches are compressed here. Windows of at most WIN
 bytes are appended to the destination one at a time, after an abort check (``check_done``) and
 through the throttler.
 
-Two threads: a window's records are decided (``_decide``: decompression, decide_kernel, which only
-reads the map) on a helper thread (ahead.py) while the cleaner's thread writes the window before
-it (``_write``: assemble_kernel, CRCs, compression, the append). decide_kernel is the larger half
-of the pass; the two overlap on two cores.
+Two threads: windows' records are decided ahead (``_decide``: decompression, decide_kernel, which
+only reads the map) on a helper thread, and by the cleaner's thread rather than wait (ahead.py);
+the cleaner's thread writes the decided windows in order (``_write``: assemble_kernel, CRCs,
+compression, the append). The two halves of the pass overlap on two cores.
 """
 
 from __future__ import annotations

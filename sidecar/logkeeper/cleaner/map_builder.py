@@ -3,12 +3,12 @@
 For the dirty segments of [start, end), in order, from the offset-index position of ``start``
 in each: control batches and the transaction index's aborted data are counted but not mapped
 (see txn.py); every keyed record at or above ``start`` goes into the map (the compiled loops of
-map_kernel.py: each window is parsed and hashed on a helper thread, cleaner/ahead.py, while the
-cleaner's thread puts the window before it into the table). When the map reaches its load
-factor the round stops there: the map is partial and its latest offset (the last offset mapped,
-or the last whole batch's) bounds the round. After each whole segment the latest offset moves
-to the next segment's base - 1 (or ``end`` - 1), so a gap of missing offsets does not hold the
-cleaner back.
+map_kernel.py: windows are parsed and hashed ahead, on a helper thread and by the cleaner's
+thread while it would wait, cleaner/ahead.py; the cleaner's thread puts them into the table in
+order). When the map reaches its load factor the round stops there: the map is partial and its
+latest offset (the last offset mapped, or the last whole batch's) bounds the round. After each
+whole segment the latest offset moves to the next segment's base - 1 (or ``end`` - 1), so a gap
+of missing offsets does not hold the cleaner back.
 
 Statistics as Kafka counts them: records read while mapping; bytes read, counted by read-buffer
 chunks of ``io_buffer_size`` bytes (a chunk ends before the first batch that does not fit; a
