@@ -32,7 +32,8 @@ round there: a partial map). Before a data batch whose records could push a grow
 that row.
 
 Record layout and varints: see records/scan.py. Only length, attributes, timestampDelta,
-offsetDelta and the key are parsed; the rest of a record is skipped by its length. A record so
+offsetDelta and the key are parsed (scan_kernels.record_key); the rest of a record is skipped by
+its length. A record so
 parsed takes at least ``MIN_PARSED_RECORD`` bytes, which bounds the rows a window needs
 (``hashed_rows``) whatever its batches claim.
 
@@ -45,16 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import intrinsic, kernel
-from ..records.scan_kernels import (
-    ERR_EXTRA_BYTES,
-    ERR_LENGTH_PAST_END,
-    ERR_NEGATIVE_LENGTH,
-    ERR_NONE,
-    ERR_SIZE_MISMATCH,
-    ERR_TOO_FEW_RECORDS,
-    _varint,
-    _varlong,
-)
+from ..records.scan_kernels import ERR_EXTRA_BYTES, ERR_NONE, ERR_TOO_FEW_RECORDS, record_key
 from .offset_map import EMPTY, TABLE_FULL, home_slot, map_put
 from .siphash import key_hash
 
@@ -101,28 +93,12 @@ def hash_kernel(  # type: ignore[no-untyped-def]
         for i in range(record_count[r]):
             if p >= e or j >= capacity:
                 return r, j, ERR_TOO_FEW_RECORDS, p, np.int64(i)
-            length, q, err = _varint(src, p, e)
+            err, detail, rec_end, delta, key_pos, key_len = record_key(src, p, e)
             if err != ERR_NONE:
-                return r, j, err, p, np.int64(0)
-            rec_end = q + length
-            if length < 0 or rec_end > e:
-                return r, j, ERR_LENGTH_PAST_END, p, length
-            _ts, q, err = _varlong(src, q + 1, rec_end)
-            if err != ERR_NONE:
-                return r, j, err, p, np.int64(0)
-            delta, q, err = _varint(src, q, rec_end)
-            if err != ERR_NONE:
-                return r, j, err, p, np.int64(0)
-            key_len, q, err = _varint(src, q, rec_end)
-            if err != ERR_NONE:
-                return r, j, err, p, np.int64(0)
-            if key_len < -1:
-                return r, j, ERR_NEGATIVE_LENGTH, p, key_len
-            if q + key_len > rec_end:
-                return r, j, ERR_SIZE_MISMATCH, p, length
+                return r, j, err, p, detail
             offset = base + delta
             if key_len >= 0 and offset >= start_offset:
-                h1, h2 = key_hash(src, q, key_len, k0, k1)
+                h1, h2 = key_hash(src, key_pos, key_len, k0, k1)
                 hashed[j, 0] = h1
                 hashed[j, 1] = h2
                 hashed[j, 2] = offset

@@ -190,6 +190,35 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
     )
 
 
+@kernel(inline=True)
+def record_key(buf, p, e):  # type: ignore[no-untyped-def]
+    """The head of the record at ``p`` (area end ``e``) as the walks that only want keys read it:
+    its length, attributes, timestampDelta, offsetDelta and key; the rest is skipped by the length.
+    Returns (err, detail, rec_end, off_delta, key_pos, key_len); an error is at ``p``. Shared by
+    the cleaner's map walk and the Spark job's key extraction, so both read keys the same way."""
+    z = np.int64(0)
+    length, q, err = _varint(buf, p, e)
+    if err != ERR_NONE:
+        return err, z, z, z, z, z
+    rec_end = q + length
+    if length < 0 or rec_end > e:
+        return ERR_LENGTH_PAST_END, length, z, z, z, z
+    _ts, q, err = _varlong(buf, q + 1, rec_end)
+    if err != ERR_NONE:
+        return err, z, z, z, z, z
+    delta, q, err = _varint(buf, q, rec_end)
+    if err != ERR_NONE:
+        return err, z, z, z, z, z
+    key_len, q, err = _varint(buf, q, rec_end)
+    if err != ERR_NONE:
+        return err, z, z, z, z, z
+    if key_len < -1:
+        return ERR_NEGATIVE_LENGTH, key_len, z, z, z, z
+    if q + key_len > rec_end:
+        return ERR_SIZE_MISMATCH, length, z, z, z, z
+    return ERR_NONE, z, rec_end, delta, q, key_len
+
+
 @kernel()
 def parse_record(buf, p, e):  # type: ignore[no-untyped-def]
     """Parse the record at ``p`` inside the area ending at ``e``.

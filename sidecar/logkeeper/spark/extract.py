@@ -27,16 +27,7 @@ from ..aot import kernel
 from ..cleaner.segment_view import SegmentView, record_areas
 from ..log.segment import LogSegment
 from ..records.scan import walk_error
-from ..records.scan_kernels import (
-    ERR_EXTRA_BYTES,
-    ERR_LENGTH_PAST_END,
-    ERR_NEGATIVE_LENGTH,
-    ERR_NONE,
-    ERR_SIZE_MISMATCH,
-    ERR_TOO_FEW_RECORDS,
-    _varint,
-    _varlong,
-)
+from ..records.scan_kernels import ERR_EXTRA_BYTES, ERR_NONE, ERR_TOO_FEW_RECORDS, record_key
 
 CONTROL = 0x20
 WINDOW_BYTES = 16 * 1024 * 1024
@@ -77,25 +68,9 @@ def extract_kernel(  # type: ignore[no-untyped-def]
         for j in range(record_count[r]):
             if p >= e:
                 return ERR_TOO_FEW_RECORDS, p, r, np.int64(j), n, w
-            length, q, err = _varint(src, p, e)
+            err, detail, rec_end, delta, q, key_len = record_key(src, p, e)
             if err != ERR_NONE:
-                return err, p, r, np.int64(0), n, w
-            rec_end = q + length
-            if length < 0 or rec_end > e:
-                return ERR_LENGTH_PAST_END, p, r, length, n, w
-            _ts, q, err = _varlong(src, q + 1, rec_end)
-            if err != ERR_NONE:
-                return err, p, r, np.int64(0), n, w
-            delta, q, err = _varint(src, q, rec_end)
-            if err != ERR_NONE:
-                return err, p, r, np.int64(0), n, w
-            key_len, q, err = _varint(src, q, rec_end)
-            if err != ERR_NONE:
-                return err, p, r, np.int64(0), n, w
-            if key_len < -1:
-                return ERR_NEGATIVE_LENGTH, p, r, key_len, n, w
-            if q + key_len > rec_end:
-                return ERR_SIZE_MISMATCH, p, r, length, n, w
+                return err, p, r, detail, n, w
             offset = base + delta
             if key_len >= 0 and lo <= offset < hi:
                 key_data[w:w + key_len] = src[q:q + key_len]
