@@ -226,11 +226,14 @@ def logvolume_status() -> Schema:
         "summary": {"type": "object", "properties": {
             "partitions": {"type": "integer"}, "compacted": {"type": "integer"}, "cleaning": {"type": "integer"},
             "maxDirtyRatio": {"type": "string"}, "backlogs": {"type": "integer"},
-            "offlineDirs": {"type": "integer"}, "uncleanable": {"type": "integer"},
+            "offlineDirs": {"type": "integer"}, "offlinePartitions": {"type": "integer"},
+            "uncleanable": {"type": "integer"},
             "sizeBytes": {"type": "integer", "format": "int64"}}},
         "partitions": _free_list("Per partition: size, offsets, dirty ratio, cleaning state, last round."),
         "partitionsTruncated": {"type": "boolean"},
         "offlineDirs": _free_list("Log directories taken offline after an I/O error."),
+        "offlinePartitions": _free_list("Partitions that exist but cannot be served (their directory is offline, "
+                                        "or they have a copy in two), with the repair to make."),
         "uncleanablePartitions": _free_list("Partitions whose cleaning failed, with the reason."),
         "backlogs": _free_list("Compaction backlogs the sidecar reported."),
     }}

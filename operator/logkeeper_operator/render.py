@@ -102,7 +102,9 @@ def topic_actions(desired: tuple[TopicSpec, ...] | list[TopicSpec],
         if cur is None:
             out.append(("create", t.name, t))
             continue
-        if len(cur.get("partitions") or []) < t.partitions:
+        # offline partitions exist (their directory failed): counted, so the sync never asks for
+        # them again (a new empty log would restart their offsets at 0 on another disk)
+        if len(cur.get("partitions") or []) + len(cur.get("offline_partitions") or []) < t.partitions:
             out.append(("grow", t.name, t.partitions))
         if _normal(cur.get("configs")) != t.configs:
             out.append(("configs", t.name, {k: _plain(v) for k, v in t.configs.items()}))

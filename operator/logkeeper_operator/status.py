@@ -6,12 +6,13 @@ passed in.
       observedGeneration: 3
       conditions:            Ready, Cleaning, Degraded: {type, status, reason, message, lastTransitionTime}
       summary:               {partitions, compacted, cleaning, maxDirtyRatio, backlogs, offlineDirs,
-                              uncleanable, sizeBytes}  (the printer columns read these)
+                              offlinePartitions, uncleanable, sizeBytes}  (the printer columns read these)
       cleaningState:         "idle" | "cleaning N/M" | "unknown"
       partitions:            [{partition: "topic-0", logDir, sizeBytes, logStartOffset, logEndOffset,
                                dirtyRatio, cleaningState, lastCleanedMs, uncleanable, backlog}]
                              (the first MAX_PARTITIONS_LISTED; partitionsTruncated says when more)
       offlineDirs:           [{path, error}]
+      offlinePartitions:     [{partition, logDir, error}]  (the first MAX_PARTITIONS_LISTED)
       uncleanablePartitions: [{partition, reason, failures}]
       backlogs:              [{partition, logDir, firstDirtyOffset, estimatedKeys, passes, dirtyBytes,
                                recopiedBytes}]
@@ -137,6 +138,8 @@ def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: i
         parts = [p for p in sidecar.get("partitions", []) if isinstance(p, Mapping)]
         dirs = [d for d in sidecar.get("log_dirs", []) if isinstance(d, Mapping)]
         offline = [{"path": d.get("path"), "error": d.get("error")} for d in dirs if not d.get("online", True)]
+        offline_parts = [_present({"partition": _name(p), "logDir": p.get("log_dir"), "error": p.get("error")})
+                         for p in sidecar.get("offline_partitions", []) if isinstance(p, Mapping)]
         unclean = [{"partition": _name(p), "reason": p["uncleanable"].get("reason"),
                     "failures": p["uncleanable"].get("failures")} for p in parts if p.get("uncleanable")]
         backlogs = [_backlog_entry(p) for p in parts if p.get("backlog")]
@@ -148,12 +151,14 @@ def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: i
         status.update({
             "summary": {"partitions": len(parts), "compacted": len(compacted), "cleaning": len(active),
                         "maxDirtyRatio": f"{max(ratios):.2f}" if ratios else "-",
-                        "backlogs": len(backlogs), "offlineDirs": len(offline), "uncleanable": len(unclean),
+                        "backlogs": len(backlogs), "offlineDirs": len(offline),
+                        "offlinePartitions": len(offline_parts), "uncleanable": len(unclean),
                         "sizeBytes": sum(int(p.get("size_bytes") or 0) for p in parts)},
             "cleaningState": f"cleaning {len(active)}/{len(compacted)}" if active else "idle",
             "partitions": [_partition_entry(p) for p in parts[:MAX_PARTITIONS_LISTED]],
             "partitionsTruncated": len(parts) > MAX_PARTITIONS_LISTED,
             "offlineDirs": offline,
+            "offlinePartitions": offline_parts[:MAX_PARTITIONS_LISTED],
             "uncleanablePartitions": unclean,
             "backlogs": backlogs,
         })
@@ -162,6 +167,9 @@ def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: i
         problems = []
         if offline:
             problems.append(("OfflineDirectories", "offline: " + ", ".join(str(d["path"]) for d in offline)))
+        if offline_parts:
+            problems.append(("OfflinePartitions", "offline partitions: " + ", ".join(
+                str(p["partition"]) for p in offline_parts[:10])))
         if unclean:
             problems.append(("UncleanablePartitions",
                              "uncleanable: " + ", ".join(f"{u['partition']} ({u['reason']})" for u in unclean[:5])))

@@ -82,6 +82,19 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     return run_clean(Path(args.log_dir), _overrides(args.config), sys.stdout, lambda: int(time.time() * 1000))
 
 
+def _cmd_resolve_duplicates(args: argparse.Namespace) -> int:
+    with _importing():
+        from .tools.duplicates import ResolveError, resolve
+
+    try:
+        resolve([Path(d) for d in args.log_dirs], sys.stdout, keep=[Path(k) for k in args.keep],
+                dry_run=args.dry_run)
+    except ResolveError as e:
+        print(f"logkeeper resolve-duplicates: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _overrides(items: list[str]) -> dict[str, str]:
     overrides = {}
     for item in items:
@@ -138,6 +151,16 @@ def _add_clean(sub: Any) -> None:
     c.set_defaults(func=_cmd_clean)
 
 
+def _add_resolve_duplicates(sub: Any) -> None:
+    r = sub.add_parser("resolve-duplicates", help="settle partitions found in two log directories: keep the copy "
+                                                   "with the higher log end offset, rename the other -stray")
+    r.add_argument("log_dirs", nargs="+", metavar="LOG_DIR", help="every log directory of the sidecar")
+    r.add_argument("--keep", action="append", default=[], metavar="PATH",
+                   help="keep this partition directory instead (repeatable, one per partition)")
+    r.add_argument("--dry-run", action="store_true", help="print what would be renamed, rename nothing")
+    r.set_defaults(func=_cmd_resolve_duplicates)
+
+
 def _add_sidecar(sub: Any) -> None:
     s = sub.add_parser("sidecar", help="run the LogManager, the cleaner threads and the HTTP API")
     s.add_argument("--config", required=True, metavar="FILE",
@@ -156,7 +179,7 @@ def _add_spark_compact(sub: Any) -> None:
 
 COMMANDS: dict[str, Callable[[Any], None]] = {
     "dump-log": _add_dump, "verify": _add_verify, "recover": _add_recover, "clean": _add_clean,
-    "sidecar": _add_sidecar, "spark-compact": _add_spark_compact,
+    "resolve-duplicates": _add_resolve_duplicates, "sidecar": _add_sidecar, "spark-compact": _add_spark_compact,
 }
 
 
@@ -188,7 +211,7 @@ def _check_dump_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 # Commands whose work is all done (files closed and synced, output written) when they return.
-FINITE_COMMANDS = frozenset({"dump-log", "verify", "recover", "clean"})
+FINITE_COMMANDS = frozenset({"dump-log", "verify", "recover", "clean", "resolve-duplicates"})
 
 
 def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:

@@ -124,9 +124,11 @@ class InvalidConfigError(LogkeeperError):
 class KafkaStorageError(LogkeeperError):
     """An I/O failure in a log directory: that directory goes offline, the process goes on."""
 
-    def __init__(self, log_dir: str, detail: str) -> None:
+    def __init__(self, log_dir: str, detail: str, *, partition: str | None = None) -> None:
         self.log_dir = log_dir
-        super().__init__(f"I/O failure in log directory {log_dir}: {detail}")
+        self.partition = partition  # the partition the operation was for, when there was one
+        super().__init__(f"log directory {log_dir}: {detail}" if partition else
+                         f"I/O failure in log directory {log_dir}: {detail}")
 
 
 class CompressionError(CorruptRecordError):
@@ -184,18 +186,6 @@ class NoLiveLogDirsError(LogkeeperError):
 
 class LogDirNotFoundError(LogkeeperError):
     """A path that is not one of the configured log directories."""
-
-
-class DuplicatePartitionDirError(LogkeeperError):
-    """The same partition has a directory in two log directories: a fatal error at startup."""
-
-    def __init__(self, partition: str, first: str, second: str) -> None:
-        self.partition = partition
-        self.first = first
-        self.second = second
-        super().__init__(
-            f"partition {partition} has a directory in two log directories: {first} and {second}; "
-            f"delete one of them (the one on the disk that failed most recently) and restart")
 
 
 class UnknownPartitionError(LogkeeperError):

@@ -13,7 +13,6 @@ import pytest
 
 from logkeeper.errors import (
     DuplicateLogDirError,
-    DuplicatePartitionDirError,
     KafkaStorageError,
     LogDirLockedError,
     LogDirNotFoundError,
@@ -456,22 +455,24 @@ def test_stray_and_future_directories_are_left_alone_and_reported(env: Env) -> N
     assert os.listdir(stray) == ["00000000000000000000.log"]
 
 
-def test_same_partition_in_two_directories_is_fatal(env: Env) -> None:
+def test_same_partition_in_two_directories_is_offline_and_nothing_changes_on_disk(env: Env) -> None:
     d0, d1 = dirs_in(env.tmp_path, 2)
     (d0 / "t-0").mkdir(parents=True)
     (d1 / "t-0").mkdir(parents=True)
     OffsetCheckpointFile(d0 / RECOVERY_POINT_CHECKPOINT).write({TopicPartition("t", 0): 5})
-    (d0 / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":1}')
     config = ManagerConfig.from_props(env.props(**{"log.dirs": [str(d0), str(d1)]}))
     m = LogManager(config, clock_ms=env.clock, scheduler=env.scheduler)
-    with pytest.raises(DuplicatePartitionDirError) as e:
-        m.startup()
+    m.startup()
+    assert m.all_logs() == []
+    offline = m.offline_partitions()[TopicPartition("t", 0)]
+    assert offline.paths == (str(d0 / "t-0"), str(d1 / "t-0"))
+    with pytest.raises(KafkaStorageError) as e:
+        m.read(TopicPartition("t", 0), 0, 100)
     assert str(d0 / "t-0") in str(e.value) and str(d1 / "t-0") in str(e.value)
     m.shutdown()
-    # nothing was changed on disk: checkpoints and marker are as they were
+    # neither copy was loaded or changed; the copy's checkpoint entry is kept
+    assert os.listdir(d0 / "t-0") == [] and os.listdir(d1 / "t-0") == []
     assert OffsetCheckpointFile(d0 / RECOVERY_POINT_CHECKPOINT).read() == {TopicPartition("t", 0): 5}
-    assert (d0 / CLEAN_SHUTDOWN_FILE).exists() and not (d1 / CLEAN_SHUTDOWN_FILE).exists()
-    LogManager(config, clock_ms=env.clock, scheduler=env.scheduler).shutdown()  # locks were released
 
 
 def test_logs_in_several_directories_are_loaded_back(env: Env) -> None:

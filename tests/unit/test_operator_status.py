@@ -37,7 +37,8 @@ def test_healthy_cleaning() -> None:
     st, events = build_status(sidecar(), RUNNING, 4, None, "T1")
     assert st["observedGeneration"] == 4
     assert st["summary"] == {"partitions": 3, "compacted": 2, "cleaning": 1, "maxDirtyRatio": "0.70", "backlogs": 0,
-                             "offlineDirs": 0, "uncleanable": 0, "sizeBytes": 300}
+                             "offlineDirs": 0, "offlinePartitions": 0, "uncleanable": 0,
+                             "sizeBytes": 300}
     assert st["cleaningState"] == "cleaning 1/2"
     assert cond(st, "Ready")["status"] == "True" and cond(st, "Cleaning")["status"] == "True"
     assert cond(st, "Degraded")["status"] == "False"
@@ -51,6 +52,8 @@ def test_healthy_cleaning() -> None:
 
 def test_degraded_offline_uncleanable_backlog() -> None:
     doc = sidecar(log_dirs=[{"path": "/data/d1/log", "online": False, "error": "EIO"}],
+                  offline_partitions=[{"topic": "a", "partition": 2, "state": "offline", "log_dir": "/data/d1/log",
+                                       "paths": ["/data/d1/log/a-2"], "error": "EIO"}],
                   partitions=[part("a", 0, uncleanable={"reason": "corrupt", "failures": 2, "retry_at_ms": 9}),
                               part("a", 1, backlog=True, backlog_detail={"first_dirty_offset": 7, "estimated_keys": 9,
                                                                          "passes": 3, "dirty_bytes": 1,
@@ -61,6 +64,8 @@ def test_degraded_offline_uncleanable_backlog() -> None:
     assert deg["status"] == "True" and deg["reason"] == "OfflineDirectories"
     assert "uncleanable: a-0 (corrupt)" in deg["message"] and "1 of 2 cleaner threads" in deg["message"]
     assert st["offlineDirs"] == [{"path": "/data/d1/log", "error": "EIO"}]
+    assert st["offlinePartitions"] == [{"partition": "a-2", "logDir": "/data/d1/log", "error": "EIO"}]
+    assert st["summary"]["offlinePartitions"] == 1 and "offline partitions: a-2" in deg["message"]
     assert st["uncleanablePartitions"] == [{"partition": "a-0", "reason": "corrupt", "failures": 2}]
     assert st["backlogs"][0]["partition"] == "a-1" and st["backlogs"][0]["firstDirtyOffset"] == 7
     assert st["cleaningState"] == "idle"

@@ -27,7 +27,9 @@ def fake_status() -> dict[str, Any]:
                                                                       "cleanable_bytes": None, "uncleanable": None,
                                                                       "cleaning_state": "none"}],
             "log_dirs": [{"path": "/d0", "online": True, "size_bytes": 10, "usable_bytes": 99},
-                         {"path": "/d1", "online": False, "size_bytes": 0, "usable_bytes": None}]}
+                         {"path": "/d1", "online": False, "size_bytes": 0, "usable_bytes": None}],
+            "offline_partitions": [{"topic": "t", "partition": 2, "state": "offline", "log_dir": "/d1",
+                                    "paths": ["/d1/t-2"], "error": "EIO"}]}
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -47,6 +49,7 @@ def test_scrape_parses_with_kafka_names() -> None:
     assert got[("kafka_log_Log_LogEndOffset", (("partition", "0"), ("topic", "t")))] == 5
     assert got[("kafka_log_LogManager_OfflineLogDirectoryCount", ())] == 1
     assert got[("kafka_log_LogManager_LogDirectoryOffline", (("logDirectory", "/d1"),))] == 1
+    assert got[("logkeeper_partition_offline", (("logDirectory", "/d1"), ("partition", "2"), ("topic", "t")))] == 1
     assert got[("logkeeper_partition_dirty_ratio", (("partition", "0"), ("topic", "t")))] == 0.5
     assert ("logkeeper_partition_dirty_ratio", (("partition", "1"), ("topic", "t"))) not in got
     assert got[("logkeeper_partition_uncleanable", (("partition", "0"), ("topic", "t")))] == 1

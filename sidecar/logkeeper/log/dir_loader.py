@@ -2,10 +2,14 @@
 
 For the online log directories, in this order:
 
-1. Every directory's sub-directories are listed (``LogDir.partition_dirs``). The same partition
-   in two log directories is fatal (DuplicatePartitionDirError names both); this is checked
-   before anything changes on disk, so a failed start leaves the markers and checkpoints as
-   they were.
+1. Every directory's sub-directories are listed (``LogDir.partition_dirs``), the offline ones
+   too where they can still be listed (a full disk reads fine): their partitions are reported as
+   offline, never forgotten, so nothing re-creates them elsewhere. A partition with a directory
+   in two log directories (left by a disk that came back after the partition was made again on
+   another one) is loaded from neither: it is reported offline with both paths, its
+   checkpoint entries are held so the directory's checkpoints keep them, and every other
+   partition loads (``logkeeper resolve-duplicates`` keeps the copy with the higher log end
+   offset and renames the other ``-stray``).
 2. Per directory: stale ``*.tmp`` files are removed; the clean-shutdown marker is taken (read,
    then deleted durably, so a crash while loading forces recovery next time); the recovery-point
    and log-start-offset checkpoints are read (an unreadable one is logged and ignored: the logs
@@ -31,7 +35,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DuplicatePartitionDirError
 from .checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 from .log import Clock, Log
 from .log_config import LogConfig
@@ -48,6 +51,8 @@ class LoadResult:
     logs: dict[TopicPartition, tuple[Log, LogDir]] = field(default_factory=dict)
     to_delete: list[tuple[Path, LogDir]] = field(default_factory=list)
     failed: dict[Path, str] = field(default_factory=dict)  # log dir -> error, for dirs taken offline
+    listed: dict[Path, list[tuple[TopicPartition, Path]]] = field(default_factory=dict)  # every dir listed
+    duplicates: dict[TopicPartition, list[tuple[LogDir, Path]]] = field(default_factory=dict)
     elapsed_ms: float = 0.0
 
 
@@ -59,13 +64,27 @@ def read_checkpoint(checkpoint: OffsetCheckpointFile, what: str) -> dict[TopicPa
         return {}
 
 
-def _ensure_no_duplicates(listings: dict[Path, PartitionDirs]) -> None:
-    seen: dict[TopicPartition, Path] = {}
+def _split_duplicates(dirs: list[LogDir], listings: dict[Path, PartitionDirs]
+                      ) -> dict[TopicPartition, list[tuple[LogDir, Path]]]:
+    """The partitions listed in more than one directory (taken out of the listings: none of their
+    copies is loaded). Checked before anything changes on disk."""
+    where: dict[TopicPartition, list[tuple[LogDir, Path]]] = {}
+    for d in dirs:
+        listing = listings.get(d.path)
+        for tp, path in listing.logs if listing is not None else ():
+            where.setdefault(tp, []).append((d, path))
+    duplicates = {tp: copies for tp, copies in where.items() if len(copies) > 1}
     for listing in listings.values():
-        for tp, path in listing.logs:
-            if tp in seen:
-                raise DuplicatePartitionDirError(str(tp), str(seen[tp]), str(path))
-            seen[tp] = path
+        listing.logs = [(tp, path) for tp, path in listing.logs if tp not in duplicates]
+    return duplicates
+
+
+def _hold_checkpoints(d: LogDir, duplicated: list[TopicPartition], recovery_points: dict[TopicPartition, int],
+                      start_offsets: dict[TopicPartition, int]) -> None:
+    """Keep the checkpoint entries of the partitions not loaded from ``d`` (written back with the
+    directory's checkpoints until the partition loads again)."""
+    d.held_recovery_points = {tp: recovery_points[tp] for tp in duplicated if tp in recovery_points}
+    d.held_start_offsets = {tp: start_offsets[tp] for tp in duplicated if tp in start_offsets}
 
 
 def load_log_dirs(dirs: list[LogDir], *, config_for: Callable[[str], LogConfig], threads_per_dir: int,
@@ -75,12 +94,16 @@ def load_log_dirs(dirs: list[LogDir], *, config_for: Callable[[str], LogConfig],
     result = LoadResult()
     online = [d for d in dirs if d.online]
     listings: dict[Path, PartitionDirs] = {}
-    for d in online:
+    for d in dirs:
         try:
             listings[d.path] = d.partition_dirs()
         except OSError as e:
-            result.failed[d.path] = f"cannot list log directory {d.path}: {e}"
-    _ensure_no_duplicates(listings)
+            if d.online:
+                result.failed[d.path] = f"cannot list log directory {d.path}: {e}"
+            # an offline directory that cannot be listed: its partitions are unknown (the service
+            # then refuses to create or grow while it is offline)
+    result.duplicates = _split_duplicates(dirs, listings)
+    result.listed = {path: list(listing.logs) for path, listing in listings.items()}
     lock = threading.Lock()
     pools: list[ThreadPoolExecutor] = []
     jobs: list[tuple[LogDir, Future[None]]] = []
@@ -93,6 +116,8 @@ def load_log_dirs(dirs: list[LogDir], *, config_for: Callable[[str], LogConfig],
                 clean = d.take_clean_shutdown_marker()
                 recovery_points = read_checkpoint(d.recovery_point_checkpoint, "recovery point")
                 start_offsets = read_checkpoint(d.log_start_offset_checkpoint, "log start offset")
+                _hold_checkpoints(d, [tp for tp, copies in result.duplicates.items()
+                                      if any(c is d for c, _p in copies)], recovery_points, start_offsets)
             except OSError as e:
                 result.failed[d.path] = f"cannot prepare log directory {d.path} for loading: {e}"
                 continue

@@ -97,6 +97,10 @@ class LogDir:
         self.had_clean_shutdown = False
         self.load_completed = False
         self.stray: list[Path] = []
+        # Checkpoint entries of partitions in this directory that were not loaded (a copy in two
+        # directories): written back with the checkpoints so they outlive the wait for repair.
+        self.held_recovery_points: dict[names.TopicPartition, int] = {}
+        self.held_start_offsets: dict[names.TopicPartition, int] = {}
         self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT)
         self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT)
         self._lock_fd = -1

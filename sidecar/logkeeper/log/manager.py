@@ -16,8 +16,13 @@ Kafka's LogManager for one node, on ``Log``. Life cycle:
 I/O failures: every operation that touches a directory runs inside ``io_guard``: an OSError
 takes that directory offline (``handle_log_dir_failure``: its logs are closed and dropped, the
 cleaner is told, its lock released) and is raised as KafkaStorageError naming the directory.
-The other directories go on; ``dir_status()`` shows the error. Partitions of an offline
-directory raise KafkaStorageError on use; partitions the manager does not know raise
+The other directories go on; ``dir_status()`` shows the error.
+
+Offline partitions (Kafka's LogDirFailureChannel): a partition whose directory is offline (failed
+now, or at startup while it could still be listed), or that has a copy in two directories, stays
+known: ``offline_partitions()`` lists it with its directory and the reason; it raises
+KafkaStorageError on use, and nothing creates it again (a new empty log elsewhere would hide its
+data and restart its offsets at 0). Partitions the manager does not know raise
 UnknownPartitionError.
 
 Numbered crash steps (``crash_hook(step)`` is called after each; a test per step):
@@ -47,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import (
     KafkaStorageError,
@@ -76,6 +81,21 @@ def _no_crash(_step: str) -> None:
     return None
 
 
+class OfflinePartition(NamedTuple):
+    """A partition the manager knows but cannot serve."""
+
+    log_dir: LogDir  # its directory (for a copy in two directories: the first one)
+    reason: str
+    paths: tuple[str, ...]  # its partition directories on disk, when known
+
+
+def duplicate_reason(tp: names.TopicPartition, paths: list[str]) -> str:
+    dirs = " ".join(str(Path(p).parent) for p in paths)
+    return (f"partition {tp} has a directory in {len(paths)} log directories: {' and '.join(paths)}; "
+            f"neither is served. Run `logkeeper resolve-duplicates {dirs}` to keep the copy with the "
+            f"higher log end offset (the other is renamed -stray, never deleted), then restart")
+
+
 class LogManager:
     def __init__(self, config: ManagerConfig, *, clock_ms: Clock = wall_clock_ms,
                  scheduler: Scheduler | None = None,
@@ -100,7 +120,7 @@ class LogManager:
         self._closed = False
         self._logs: dict[names.TopicPartition, Log] = {}
         self._dir_of: dict[names.TopicPartition, LogDir] = {}
-        self._offline: dict[names.TopicPartition, LogDir] = {}
+        self._offline: dict[names.TopicPartition, OfflinePartition] = {}
         self.tasks = ManagerTasks(self)
         self.dirs = open_log_dirs(config.log_dirs)
         self._open_dirs()
@@ -151,7 +171,7 @@ class LogManager:
         """Per directory: online or not, the error, partitions, bytes (for the sidecar status)."""
         with self._lock:
             logs = [(lg, self._dir_of[tp]) for tp, lg in self._logs.items()]
-            offline = list(self._offline.values())
+            offline = [o.log_dir for o in self._offline.values()]
         out = []
         for d in self.dirs:
             mine = [lg for lg, ld in logs if ld is d]
@@ -176,7 +196,8 @@ class LogManager:
             detail = f"{what}: {e}"
             if not self._stopping.is_set():
                 self.handle_log_dir_failure(log_dir, detail)
-            raise KafkaStorageError(str(log_dir.path), detail) from e
+            raise KafkaStorageError(str(log_dir.path), detail,
+                                    partition=str(target.topic_partition) if target is not None else None) from e
         except (ValueError, RuntimeError) as e:  # a closed file or index, if the log was closed meanwhile
             if target is not None and self._logs.get(target.topic_partition) is not target:
                 self._raise_gone(target, what, e)
@@ -184,10 +205,10 @@ class LogManager:
 
     def _raise_gone(self, target: Log, what: str, cause: BaseException) -> None:
         """Raise for an operation on a log that was dropped while it ran (offline or deleted)."""
-        offline_in = self._offline.get(target.topic_partition)
-        if offline_in is not None:
-            raise KafkaStorageError(str(offline_in.path), f"{what}: the directory is offline: "
-                                    f"{offline_in.error}") from cause
+        offline = self._offline.get(target.topic_partition)
+        if offline is not None:
+            raise KafkaStorageError(str(offline.log_dir.path), f"{what}: {offline.reason}",
+                                    partition=str(target.topic_partition)) from cause
         raise UnknownPartitionError(f"partition {target.name} was removed during {what}") from cause
 
     def handle_log_dir_failure(self, log_dir: LogDir | str | os.PathLike[str], error: str) -> None:
@@ -204,7 +225,7 @@ class LogManager:
             for tp in dropped:
                 failed = self._logs.pop(tp)
                 del self._dir_of[tp]
-                self._offline[tp] = log_dir
+                self._offline[tp] = OfflinePartition(log_dir, error, (str(failed.dir),))
                 try:
                     failed.close_handlers()
                 except Exception as e:  # closing must not stop the others
@@ -272,8 +293,14 @@ class LogManager:
                     self._dir_of[tp] = d
                 for path, d in result.to_delete:
                     self.tasks.queue_dir_delete(path, d)
+                for tp, copies in result.duplicates.items():
+                    paths = [str(p) for _d, p in copies]
+                    reason = duplicate_reason(tp, paths)
+                    log.error("%s", reason)
+                    self._offline[tp] = OfflinePartition(copies[0][0], reason, tuple(paths))
             for path, error in result.failed.items():
                 self.handle_log_dir_failure(self.log_dir(path), error)
+            self._remember_partitions_of_offline_dirs(result.listed)
             log.info("loaded %d logs in %.0f ms", len(result.logs), result.elapsed_ms)
             if self._stopping.is_set():
                 return
@@ -281,6 +308,25 @@ class LogManager:
             if self._own_scheduler:
                 self.scheduler.start()
             self._started = True
+
+    def _remember_partitions_of_offline_dirs(self, listed: Mapping[Path, list[tuple[names.TopicPartition, Path]]]
+                                             ) -> None:
+        """The partitions found in directories that are offline (at open or while loading)."""
+        with self._lock:
+            for d in self.dirs:
+                if d.online:
+                    continue
+                for tp, path in listed.get(d.path, ()):
+                    if tp not in self._offline:
+                        self._offline[tp] = OfflinePartition(d, d.error or "the directory is offline", (str(path),))
+                if d.path in listed:
+                    log.error("log directory %s is offline with %d partitions: %s", d.path, len(listed[d.path]),
+                              d.error)
+
+    def offline_partitions(self) -> dict[names.TopicPartition, OfflinePartition]:
+        """Every known partition that cannot be served: its directory and the reason (a snapshot)."""
+        with self._lock:
+            return dict(self._offline)
 
     # ------------------------------------------------------------------ logs
     def get_log(self, tp: names.TopicPartition) -> Log | None:
@@ -313,26 +359,34 @@ class LogManager:
 
     def dir_of(self, tp: names.TopicPartition) -> LogDir:
         """The log directory of a partition (online or offline); UnknownPartitionError if none."""
-        d = self._dir_of.get(tp) or self._offline.get(tp)
-        if d is None:
+        d = self._dir_of.get(tp)
+        if d is not None:
+            return d
+        offline = self._offline.get(tp)
+        if offline is None:
             raise UnknownPartitionError(f"no log for partition {tp}")
-        return d
+        return offline.log_dir
+
+    def raise_if_offline(self, tp: names.TopicPartition) -> None:
+        """KafkaStorageError naming the partition and its directory when it is offline."""
+        offline = self._offline.get(tp)
+        if offline is not None:
+            raise KafkaStorageError(str(offline.log_dir.path), f"partition {tp} is offline: {offline.reason}",
+                                    partition=str(tp))
 
     def _require(self, tp: names.TopicPartition) -> tuple[Log, LogDir]:
         with self._lock:
             lg = self._logs.get(tp)
             if lg is not None:
                 return lg, self._dir_of[tp]
-            d = self._offline.get(tp)
-        if d is not None:
-            raise KafkaStorageError(str(d.path), f"partition {tp} is offline: {d.error}")
+        self.raise_if_offline(tp)
         raise UnknownPartitionError(f"no log for partition {tp}")
 
     def get_or_create_log(self, tp: names.TopicPartition, *, is_new: bool = False) -> Log:
         """The partition's log, created in the online directory with the fewest partitions if none.
 
-        Unless ``is_new``, creation is refused while a directory is offline (the partition may be
-        there: a new empty log would hide its data)."""
+        Never for an offline partition; unless ``is_new``, creation is refused while a directory
+        is offline (the partition may be there: a new empty log would hide its data)."""
         names.validate_topic(tp.topic)
         if tp.partition < 0:
             raise ValueError(f"invalid partition number {tp.partition}")
@@ -340,6 +394,7 @@ class LogManager:
             existing = self._logs.get(tp)
             if existing is not None:
                 return existing
+            self.raise_if_offline(tp)
             offline = self.offline_log_dirs
             if offline and not is_new:
                 raise KafkaStorageError(", ".join(map(str, offline)),
@@ -361,7 +416,6 @@ class LogManager:
                     continue
                 self._logs[tp] = created
                 self._dir_of[tp] = d
-                self._offline.pop(tp, None)
                 log.info("created log for %s in %s", tp, d.path)
                 return created
             raise KafkaStorageError(", ".join(str(d.path) for d in candidates),
@@ -374,6 +428,7 @@ class LogManager:
             removed = self._logs.pop(tp, None)
             d = self._dir_of.pop(tp, None)
             if removed is None or d is None:
+                self.raise_if_offline(tp)
                 if self.offline_log_dirs:
                     raise KafkaStorageError(", ".join(map(str, self.offline_log_dirs)),
                                             f"cannot delete {tp}: it may be in an offline directory")
@@ -398,9 +453,9 @@ class LogManager:
         """A partition already dropped from the manager is offline if its directory fails now."""
         try:
             yield
-        except KafkaStorageError:
+        except KafkaStorageError as e:
             with self._lock:
-                self._offline[tp] = d
+                self._offline[tp] = OfflinePartition(d, str(e), (str(d.path / tp.dir_name),))
             raise
 
     # ------------------------------------------------------------------ data path (guarded)

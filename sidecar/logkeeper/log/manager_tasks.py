@@ -152,7 +152,7 @@ class ManagerTasks:
         logs = self._m.logs_in_dir(d)
         try:
             with self._m.io_guard(d, "writing the recovery point checkpoint"):
-                d.recovery_point_checkpoint.write(recovery_points(logs))
+                d.recovery_point_checkpoint.write(recovery_points(logs, d))
         except KafkaStorageError:
             pass
 
@@ -162,7 +162,7 @@ class ManagerTasks:
         logs = self._m.logs_in_dir(d)
         try:
             with self._m.io_guard(d, "writing the log start offset checkpoint"):
-                d.log_start_offset_checkpoint.write(log_start_offsets(logs))
+                d.log_start_offset_checkpoint.write(log_start_offsets(logs, d))
         except KafkaStorageError:
             pass
 
@@ -173,8 +173,8 @@ class ManagerTasks:
     @staticmethod
     def write_checkpoints(d: LogDir, logs: Mapping[TopicPartition, Log]) -> None:
         """Both checkpoints of a directory, unguarded (shutdown: the caller handles OSError)."""
-        d.recovery_point_checkpoint.write(recovery_points(logs))
-        d.log_start_offset_checkpoint.write(log_start_offsets(logs))
+        d.recovery_point_checkpoint.write(recovery_points(logs, d))
+        d.log_start_offset_checkpoint.write(log_start_offsets(logs, d))
 
     # ------------------------------------------------------------------ -delete directories
     def queue_dir_delete(self, path: Path, d: LogDir) -> None:
@@ -219,12 +219,13 @@ class ManagerTasks:
             self._m.scheduler.schedule_once(DELETE_LOGS, self.delete_logs, max(next_ms, 0))
 
 
-def recovery_points(logs: Mapping[TopicPartition, Log]) -> dict[TopicPartition, int]:
-    return {tp: lg.recovery_point for tp, lg in logs.items()}
+def recovery_points(logs: Mapping[TopicPartition, Log], d: LogDir) -> dict[TopicPartition, int]:
+    """The directory's recovery point checkpoint: its logs', and those held for partitions not loaded."""
+    return {**d.held_recovery_points, **{tp: lg.recovery_point for tp, lg in logs.items()}}
 
 
-def log_start_offsets(logs: Mapping[TopicPartition, Log]) -> dict[TopicPartition, int]:
-    out = {}
+def log_start_offsets(logs: Mapping[TopicPartition, Log], d: LogDir) -> dict[TopicPartition, int]:
+    out = dict(d.held_start_offsets)
     for tp, lg in logs.items():
         first = lg.segments.first
         if first is not None and lg.log_start_offset > first.base_offset:

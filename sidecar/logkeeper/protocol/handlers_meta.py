@@ -53,15 +53,18 @@ def _broker(ctx: BrokerContext, conn: Connection) -> dict[str, Any]:
     return {"node_id": ctx.node_id, "host": host, "port": port, "rack": None}
 
 
-def _topic_partitions(ctx: BrokerContext, topics: list[str] | None) -> list[tuple[str, int, list[int]]]:
-    """(topic, error code, partitions) for the named topics, or for every topic when None."""
+def _topic_partitions(ctx: BrokerContext, topics: list[str] | None) -> list[tuple[str, int, list[tuple[int, int]]]]:
+    """(topic, error code, [(partition, its error code)]) for the named topics, or for every topic
+    when None. A partition whose log directory is offline is listed with KAFKA_STORAGE_ERROR (as
+    Kafka lists an offline replica), so clients keep its number and do not see the topic shrink."""
     sidecar = ctx.sidecar
     try:
         known = sidecar.topic_names()
     except Exception as e:
         code = ec.NOT_LEADER_OR_FOLLOWER if ec.code_of(e) == ec.NOT_LEADER_OR_FOLLOWER else ec.code_of(e)
         return [(t, code, []) for t in topics or []]
-    out: list[tuple[str, int, list[int]]] = []
+    out: list[tuple[str, int, list[tuple[int, int]]]] = []
+    offline = set(sidecar.manager.offline_partitions())
     for topic in known if topics is None else topics:
         if topics is not None:
             try:
@@ -73,7 +76,9 @@ def _topic_partitions(ctx: BrokerContext, topics: list[str] | None) -> list[tupl
                 out.append((topic, ec.UNKNOWN_TOPIC_OR_PARTITION, []))
                 continue
         logs = sidecar.manager.logs_by_topic(topic)
-        out.append((topic, ec.NONE, sorted(lg.topic_partition.partition for lg in logs)))
+        parts = [(lg.topic_partition.partition, ec.NONE) for lg in logs]
+        parts += [(tp.partition, ec.KAFKA_STORAGE_ERROR) for tp in offline if tp.topic == topic]
+        out.append((topic, ec.NONE, sorted(parts)))
     return out
 
 
@@ -85,9 +90,10 @@ async def metadata(ctx: BrokerContext, conn: Connection, req: dict[str, Any], ve
     found = await ctx.run(_topic_partitions, ctx, wanted)
     node = ctx.node_id
     topics = [{"error_code": code, "name": topic, "is_internal": topic == OFFSETS_TOPIC,
-               "partitions": [{"error_code": ec.NONE, "partition_index": p, "leader_id": node, "leader_epoch": -1,
-                               "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-                              for p in parts]}
+               "partitions": [{"error_code": code_p, "partition_index": p, "leader_id": node, "leader_epoch": -1,
+                               "replica_nodes": [node], "isr_nodes": [node] if code_p == ec.NONE else [],
+                               "offline_replicas": [] if code_p == ec.NONE else [node]}
+                              for p, code_p in parts]}
               for topic, code, parts in found]
     return {"throttle_time_ms": 0, "brokers": [_broker(ctx, conn)], "cluster_id": ctx.cluster_id,
             "controller_id": node, "topics": topics}

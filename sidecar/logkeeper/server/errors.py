@@ -15,7 +15,9 @@ Every error response has the body ``{"error": CODE, "detail": MESSAGE}``:
     416     offset_out_of_range      a fetch outside [log start offset, log end offset]
     422     unrepresentable          fetched bytes that are not UTF-8 where encoding=utf-8 was asked
     503     not_ready                recovery still running, or shutting down
-    503     storage_error            the partition's log directory is offline (an I/O failure)
+    503     storage_error            the partition is offline: its log directory failed, or it has
+                                     a copy in two directories; the body adds ``log_dir`` and
+                                     ``partition`` (when the request named one)
     503     token_unavailable        the token file cannot be read (nothing is accepted)
     500     internal_error           anything else (a bug: logged with its traceback)
 """
@@ -57,14 +59,15 @@ class BadRequestError(LogkeeperError):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(self, status: int, code: str, detail: str, extra: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
+        self.extra = extra or {}  # fields a client can act on without parsing the detail
 
     def body(self) -> dict[str, str]:
-        return {"error": self.code, "detail": self.detail}
+        return {"error": self.code, "detail": self.detail, **self.extra}
 
 
 _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
@@ -82,7 +85,6 @@ _MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
     (OffsetOutOfRangeError, 416, "offset_out_of_range"),
     (NotReadyError, 503, "not_ready"),
     (CleanerShutdownError, 503, "not_ready"),
-    (KafkaStorageError, 503, "storage_error"),
     (ValueError, 400, "bad_request"),  # names.validate_topic and friends
 )
 
@@ -91,6 +93,9 @@ def api_error_of(exc: BaseException) -> ApiError | None:
     """The API error for a known failure; None for anything else (a 500)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, KafkaStorageError):  # which directory failed, and for which partition
+        extra = {"log_dir": exc.log_dir, **({"partition": exc.partition} if exc.partition else {})}
+        return ApiError(503, "storage_error", str(exc), extra)
     for cls, status, code in _MAPPING:
         if isinstance(exc, cls):
             return ApiError(status, code, str(exc))

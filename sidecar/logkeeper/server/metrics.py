@@ -98,6 +98,16 @@ class SidecarCollector(Collector):
         yield from self._cleaner(status["cleaner"])
         yield from self._dirs(status["log_dirs"])
         yield from self._partitions(status["partitions"])
+        yield self._offline(status["offline_partitions"])
+
+    @staticmethod
+    def _offline(parts: list[dict[str, Any]]) -> Any:
+        g = GaugeMetricFamily("logkeeper_partition_offline", "1 for a partition that exists but cannot be served "
+                              "(its log directory failed, or it has a copy in two)",
+                              labels=["topic", "partition", "logDirectory"])
+        for p in parts:
+            g.add_metric([p["topic"], str(p["partition"]), p["log_dir"]], 1.0)
+        return g
 
     @staticmethod
     def _cleaner(cleaner: dict[str, Any]) -> Iterator[Any]:

@@ -73,12 +73,21 @@ def _topic_config_schema() -> Schema:
 
 def _schemas() -> dict[str, Schema]:
     offsets = {"log_start_offset": INT, "log_end_offset": INT, "last_stable_offset": INT, "recovery_point": INT}
+    state: dict[str, Schema] = {"state": {**STR, "enum": ["online", "offline"],
+                       "description": "offline: the log directory failed, or the partition has a copy in two; "
+                                      "requests for it answer 503 storage_error"}}
+    offline_why: dict[str, Schema] = {
+        "paths": {"type": "array", "items": STR, "description": "Its directories on disk"},
+        "error": {**STR, "description": "Why it is offline, and how to repair it"}}
     record_bytes = {"type": "string", "nullable": True,
                     "description": "UTF-8 text or base64, as the body's (or the request's) encoding says; null: none"}
     header = _obj({"key": STR, "value": record_bytes}, ["key"])
     return {
         "Error": _obj({"error": {**STR, "description": "Short code (server/errors.py)"},
-                       "detail": {**STR, "description": "What was wrong, naming the field or value"}}),
+                       "detail": {**STR, "description": "What was wrong, naming the field or value"},
+                       "log_dir": {**STR, "description": "storage_error: the log directory at fault"},
+                       "partition": {**STR, "description": "storage_error: the partition asked for"}},
+                      ["error", "detail"]),
         "TopicConfigs": _topic_config_schema(),
         "TopicCreate": _obj({
             "name": {"type": "string", "pattern": TOPIC_PATTERN, "description": "Topic name"},
@@ -91,12 +100,18 @@ def _schemas() -> dict[str, Schema]:
         "Topic": _obj({
             "name": STR,
             "partitions": {"type": "array", "items": {"type": "integer"}},
+            "offline_partitions": {"type": "array", "items": {"type": "integer"},
+                                   "description": "Partitions that exist but are offline (their log directory "
+                                                  "failed, or they have a copy in two): never created again"},
             "declared": {**BOOL, "description": "Declared in the config file (its configs win at every start)"},
             "configs": {"type": "object", "description": "The topic's overrides"},
             "effective_configs": {"type": "object", "description": "Every topic key with its value in force"}}),
         "TopicList": _obj({"topics": {"type": "array", "items": _ref("Topic")}}),
-        "Partition": _obj({"topic": STR, "partition": {"type": "integer"}, "log_dir": STR, "size_bytes": INT,
-                           "segments": {"type": "integer"}, **offsets}),
+        "Partition": _obj({"topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR,
+                           "size_bytes": INT, "segments": {"type": "integer"}, **offsets, **offline_why},
+                          ["topic", "partition", "state", "log_dir"]),
+        "OfflinePartition": _obj({"topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR,
+                                  **offline_why}),
         "PartitionList": _obj({"partitions": {"type": "array", "items": _ref("Partition")}}),
         "Offsets": _obj({"topic": STR, "partition": {"type": "integer"}, **offsets}),
         "ProduceRecord": _obj({
@@ -138,7 +153,7 @@ def _schemas() -> dict[str, Schema]:
                               "size_bytes": INT, "total_bytes": NINT, "usable_bytes": NINT,
                               "stray": {"type": "array", "items": STR}}),
         "PartitionStatus": _obj({
-            "topic": STR, "partition": {"type": "integer"}, "log_dir": STR, "size_bytes": INT,
+            "topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR, "size_bytes": INT,
             "segments": {"type": "integer"}, **offsets, "compacted": BOOL,
             "cleaner_checkpoint": NINT,
             "dirty_ratio": {"type": "number", "nullable": True,
@@ -153,7 +168,7 @@ def _schemas() -> dict[str, Schema]:
             "backlog_detail": {"type": "object", "nullable": True},
             "offload": {"allOf": [_ref("Offload")], "nullable": True,
                         "description": "The hand-off of the backlog to a Spark job, when it had one"},
-            "error": STR}, required=["topic", "partition", "log_dir", "size_bytes", "segments", *offsets,
+            "error": STR}, required=["topic", "partition", "state", "log_dir", "size_bytes", "segments", *offsets,
                                      "compacted", "cleaner_checkpoint", "dirty_ratio", "cleanable_bytes",
                                      "cleaning_state", "last_round", "uncleanable", "backlog", "backlog_detail",
                                      "offload"]),
@@ -169,6 +184,7 @@ def _schemas() -> dict[str, Schema]:
             "ready": BOOL,
             "log_dirs": {"type": "array", "items": _ref("LogDirStatus")},
             "partitions": {"type": "array", "items": _ref("PartitionStatus")},
+            "offline_partitions": {"type": "array", "items": _ref("OfflinePartition")},
             "cleaner": {"type": "object", "description": "Kafka's cleaner metrics by name (max-buffer-utilization-"
                                                          "percent, ...), uncleanable, backlogs, states, rounds, "
                                                          "threads, alive_threads"}}),

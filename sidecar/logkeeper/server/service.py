@@ -217,25 +217,42 @@ class Sidecar:
     def partition_log(self, tp: TopicPartition) -> Log:
         lg = self.manager.get_log(tp)
         if lg is None:
-            self.manager.dir_of(tp)  # KafkaStorageError when offline, else UnknownPartitionError
+            self.manager.raise_if_offline(tp)  # KafkaStorageError naming the partition and its dir
             raise UnknownPartitionError(f"no log for partition {tp}")
         return lg
+
+    def offline_partitions(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """The known partitions that cannot be served (of one topic, or all), as listed by the
+        status and the partitions endpoint."""
+        return [{"topic": tp.topic, "partition": tp.partition, "state": "offline", "log_dir": str(o.log_dir.path),
+                 "paths": list(o.paths), "error": o.reason}
+                for tp, o in sorted(self.manager.offline_partitions().items(),
+                                    key=lambda x: (x[0].topic, x[0].partition))
+                if topic is None or tp.topic == topic]
+
+    def _offline_numbers(self, topic: str) -> list[int]:
+        return [tp.partition for tp in self.manager.offline_partitions() if tp.topic == topic]
 
     # ------------------------------------------------------------------ topics
     def topic_names(self) -> list[str]:
         manager = self.manager
         with self._topic_lock:
-            found = set(self._overrides) | {tp.topic for tp in manager.current_logs()}
+            found = (set(self._overrides) | {tp.topic for tp in manager.current_logs()}
+                     | {tp.topic for tp in manager.offline_partitions()})
         return sorted(found)
 
     def describe_topic(self, topic: str) -> dict[str, Any]:
         manager = self.manager
         with self._topic_lock:
             logs = manager.logs_by_topic(topic)
-            if not logs and topic not in self._overrides:
+            offline = self._offline_numbers(topic)
+            if not logs and not offline and topic not in self._overrides:
                 raise TopicNotFoundError(f"unknown topic {topic!r}")
             overrides = dict(self._overrides.get(topic, {}))
+        # offline partitions are listed apart: they exist (a client must not create them again)
+        # but serve nothing until their directory is repaired
         return {"name": topic, "partitions": sorted(lg.topic_partition.partition for lg in logs),
+                "offline_partitions": sorted(offline),
                 "declared": topic in self.config.topics, "configs": overrides,
                 "effective_configs": manager.config_for(topic).to_props()}
 
@@ -254,7 +271,7 @@ class Sidecar:
         parsed = validate_topic_configs(configs)
         manager = self.manager
         with self._topic_lock:
-            if topic in self._overrides or manager.logs_by_topic(topic):
+            if topic in self._overrides or manager.logs_by_topic(topic) or self._offline_numbers(topic):
                 raise TopicExistsError(f"topic {topic!r} already exists")
             self._save_overrides(manager, topic, parsed)
             created: list[TopicPartition] = []
@@ -284,13 +301,18 @@ class Sidecar:
         manager = self.manager
         with self._topic_lock:
             logs = manager.logs_by_topic(topic)
-            if not logs and topic not in self._overrides:
+            existing = {lg.topic_partition.partition for lg in logs} | set(self._offline_numbers(topic))
+            if not existing and topic not in self._overrides:
                 raise TopicNotFoundError(f"unknown topic {topic!r}")
-            if count <= len(logs):
-                raise BadRequestError(f"topic {topic!r} has {len(logs)} partitions, not fewer than the {count} asked")
+            if count <= len(existing):
+                raise BadRequestError(f"topic {topic!r} has {len(existing)} partitions, not fewer than the "
+                                      f"{count} asked")
+            offline_dirs = manager.offline_log_dirs
+            if offline_dirs:  # a missing partition number may be on them: growing would hide it
+                raise KafkaStorageError(", ".join(map(str, offline_dirs)), (
+                    f"cannot add partitions to {topic!r} while these log directories are offline"))
             if topic not in self._overrides:
                 self._save_overrides(manager, topic, {})  # a topic found on disk: now the API's
-            existing = {lg.topic_partition.partition for lg in logs}
             for p in range(count):
                 if p not in existing:
                     manager.get_or_create_log(TopicPartition(topic, p), is_new=True)
@@ -300,8 +322,11 @@ class Sidecar:
         manager = self.manager
         with self._topic_lock:
             logs = manager.logs_by_topic(topic)
-            if not logs and topic not in self._overrides:
+            offline = self._offline_numbers(topic)
+            if not logs and not offline and topic not in self._overrides:
                 raise TopicNotFoundError(f"unknown topic {topic!r}")
+            if offline:  # deleting the rest would leave a topic half there when the dir comes back
+                manager.raise_if_offline(TopicPartition(topic, offline[0]))
             for lg in logs:
                 manager.delete_log(lg.topic_partition)
                 self.rounds.forget(lg.topic_partition)
@@ -358,13 +383,15 @@ class Sidecar:
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         logs = self.manager.logs_by_topic(topic)
+        offline = self.offline_partitions(topic)
         with self._topic_lock:
             known = topic in self._overrides
-        if not logs and not known:
+        if not logs and not offline and not known:
             raise TopicNotFoundError(f"unknown topic {topic!r}")
-        return [{"topic": topic, "partition": lg.topic_partition.partition, "log_dir": str(Path(lg.dir).parent),
-                 "size_bytes": lg.size_in_bytes, "segments": len(lg.segments), **offsets_of(lg)}
-                for lg in sorted(logs, key=lambda x: x.topic_partition.partition)]
+        online = [{"topic": topic, "partition": lg.topic_partition.partition, "state": "online",
+                   "log_dir": str(Path(lg.dir).parent), "size_bytes": lg.size_in_bytes, "segments": len(lg.segments),
+                   **offsets_of(lg)} for lg in logs]
+        return sorted(online + offline, key=lambda e: int(e["partition"]))
 
 
 def _check_partition_count(count: int) -> None:

@@ -8,6 +8,7 @@
                      "compacted", "cleaner_checkpoint", "dirty_ratio", "cleanable_bytes",
                      "cleaning_state", "last_round", "uncleanable", "backlog", "backlog_detail",
                      "offload"}],
+     "offline_partitions": [{"topic", "partition", "state", "log_dir", "paths", "error"}],
      "cleaner": {Kafka's cleaner metrics by their names (cleaner/metrics.py), "threads", "alive_threads"}}
 
 Per partition: ``dirty_ratio`` is the cleaner's cleanable ratio (cleanable bytes / (clean +
@@ -20,8 +21,9 @@ round's figures and Kafka's stats line (cleaning.py);
 with the estimate in ``backlog_detail``; ``offload`` its hand-off to the Spark job when it had one
 (cleaner/offload.py: state, attempt, staging, job_args, reason, failures, retry_at_ms, result, and
 the previous attempt's verdict).
-Partitions of an offline directory are not listed (their
-directory's entry counts them).
+Every partition entry has ``state`` "online". The partitions the manager knows but cannot serve
+(their directory is offline, or they have a copy in two directories) are listed apart in
+``offline_partitions``: {topic, partition, state "offline", log_dir, paths, error}.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
     uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
     partitions = []
     for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):
-        entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "log_dir": str(d.path),
-                                 "size_bytes": lg.size_in_bytes, "segments": len(lg.segments), **offsets_of(lg),
+        entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "state": "online",
+                                 "log_dir": str(d.path), "size_bytes": lg.size_in_bytes,
+                                 "segments": len(lg.segments), **offsets_of(lg),
                                  "compacted": lg.config.compact, "cleaner_checkpoint": checkpoints.get(tp),
                                  "dirty_ratio": None, "cleanable_bytes": None}
         if lg.config.compact:
@@ -87,5 +90,6 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
                       "size_bytes": s.size_bytes, "total_bytes": s.total_bytes, "usable_bytes": s.usable_bytes,
                       "stray": list(s.stray)} for s in manager.dir_status()],
         "partitions": partitions,
+        "offline_partitions": sidecar.offline_partitions(),
         "cleaner": metrics,
     }
