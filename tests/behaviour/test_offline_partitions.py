@@ -129,7 +129,7 @@ def test_resolve_duplicates_keeps_the_longer_copy_and_deletes_nothing(tmp_path: 
 
 def test_resolve_duplicates_refuses_a_tie_unless_told_which(tmp_path: Path) -> None:
     dirs = make_duplicate(tmp_path, old=4, new=4)
-    with pytest.raises(ResolveError, match="same offset 4.*--keep"):
+    with pytest.raises(ResolveError, match=r"same offset 4.*--keep"):
         resolve(dirs, io.StringIO())
     assert (dirs[0] / "t-0").is_dir() and (dirs[1] / "t-0").is_dir()
     with pytest.raises(ResolveError, match="not one of the copies of a duplicated partition"):
