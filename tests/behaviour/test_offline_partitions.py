@@ -33,7 +33,7 @@ from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import ManualClock, Scheduler
 from logkeeper.protocol import error_codes as ec
-from logkeeper.protocol.messages import FETCH, LIST_OFFSETS, METADATA, PRODUCE
+from logkeeper.protocol.messages import FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
 from logkeeper.server.auth import TokenFile
@@ -285,3 +285,21 @@ def test_a_user_repairs_a_duplicated_partition(tmp_path: Path) -> None:
         got = [r["value"] for r in proc.client.fetch_all("t", 0)]
         assert got == [f"new:{i}" for i in range(8)]
     shutil.rmtree(tmp_path / "sidecar", ignore_errors=True)
+
+
+def test_an_offline_offsets_partition_makes_the_coordinator_unavailable_not_empty(tmp_path: Path) -> None:
+    """Were __consumer_offsets made again empty, consumers would find no commits and reset."""
+    dirs = make_duplicate(tmp_path)
+    for d in dirs:
+        (d / "__consumer_offsets-0").mkdir()
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"]}, "node": {"log.dirs": [str(d) for d in dirs]}}
+    with SidecarProcess(tmp_path / "sidecar", config) as proc:
+        c = WireClient(proc.kafka_bootstrap)
+        try:
+            found = c.call(FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+            assert found["error_code"] == ec.COORDINATOR_NOT_AVAILABLE
+            assert "__consumer_offsets-0" in found["error_message"]
+        finally:
+            c.close()
+        assert _kafka(proc.kafka_bootstrap)["produce"]["responses"][0]["partition_responses"][1]["error_code"] == 0
+    assert sorted(p.name for p in dirs[1].iterdir() if p.name.startswith("__")) == ["__consumer_offsets-0"]

@@ -79,6 +79,10 @@ class BrokerContext:
     cluster_id: str
     coordinator: Any = None  # groups.GroupCoordinator, set once built
     producer_ids: Any = None  # producer_ids.ProducerIdAllocator
+    # Why the group coordinator cannot serve, when its offsets partition is offline at start
+    # (FindCoordinator then answers COORDINATOR_NOT_AVAILABLE: a client that found no commits
+    # would reset its position, so no commits are served rather than none at all)
+    coordinator_unavailable: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

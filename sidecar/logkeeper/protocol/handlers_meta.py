@@ -104,6 +104,9 @@ def _coordinator_entry(ctx: BrokerContext, conn: Connection, key: str, key_type:
     if key_type != 0:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ec.COORDINATOR_NOT_AVAILABLE,
                 "error_message": "logkeeper has no transaction coordinator: transactions are not supported"}
+    if ctx.coordinator_unavailable is not None:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ec.COORDINATOR_NOT_AVAILABLE,
+                "error_message": ctx.coordinator_unavailable}
     if not key:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ec.INVALID_GROUP_ID,
                 "error_message": "the group id is empty"}

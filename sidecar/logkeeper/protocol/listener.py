@@ -30,6 +30,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..errors import KafkaStorageError
 from ..server.config import SidecarSettings, parse_listen_address
 from ..server.service import Sidecar
 from . import handlers_admin, handlers_data, handlers_group, handlers_meta
@@ -115,7 +116,12 @@ class KafkaListener:
         ctx = BrokerContext(sidecar, self.settings, self.pool, notifier,
                             cluster_id_for(sidecar.config.log_dirs))
         store = OffsetsStore(sidecar, self.settings.offsets_topic_num_partitions)
-        offsets = await ctx.run(store.load)
+        try:
+            offsets = await ctx.run(store.load)
+        except KafkaStorageError as e:
+            log.error("the group coordinator is unavailable until a restart: %s", e)
+            ctx.coordinator_unavailable = str(e)
+            offsets = {}
 
         async def commit(group: str, entries: list[tuple[str, int, CommittedOffset | None]]) -> None:
             await ctx.run(store.append, group, entries, sidecar.clock_ms())

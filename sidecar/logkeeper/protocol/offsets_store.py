@@ -107,6 +107,9 @@ class OffsetsStore:
     def ensure_topic(self) -> int:
         """Create the topic when missing; return its partition count (the one on disk wins)."""
         existing = self.sidecar.manager.logs_by_topic(OFFSETS_TOPIC)
+        for tp in self.sidecar.manager.offline_partitions():
+            if tp.topic == OFFSETS_TOPIC:  # never made again elsewhere: the commits are there
+                self.sidecar.manager.raise_if_offline(tp)
         if not existing:
             self.sidecar.create_topic(OFFSETS_TOPIC, self.num_partitions, OFFSETS_TOPIC_CONFIGS)
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
