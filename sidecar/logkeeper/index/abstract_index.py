@@ -27,6 +27,28 @@ Life cycle (Kafka's rules)
 * Read-only mode (``writable=False``) maps the file read-only; nothing in this class then changes
   the file (no create, no trim on close, no resize), so verification tools can open any file.
 
+No SIGBUS on a full disk
+------------------------
+A store into a page of a shared mapping that has no block behind it (a hole of the sparse file)
+makes the kernel allocate one; when the disk is full it cannot, and the process gets SIGBUS,
+which Python cannot catch: the whole sidecar dies, every healthy log dir with it. On tmpfs even a
+READ of a hole through a shared mapping allocates, so the same happens to readers. So the map
+never covers a hole:
+
+* A writable index maps only the prefix of the file whose blocks are allocated
+  (``posix_fallocate``, which fails with an OSError -- ENOSPC, EIO -- instead of faulting), and
+  grows that prefix in ``ALLOCATION_CHUNK_BYTES`` steps before an entry is stored past it
+  (``_reserve``). The file itself keeps Kafka's sparse, preallocated length, so ``max_entries``
+  and trimming are unchanged and the disk holds at most a chunk more than the entries use.
+* A writable index opened on an existing file with holes (an active segment's index left
+  untrimmed by a crash) allocates the whole file before mapping it: every slot counts as an
+  entry until recovery truncates it, so every slot may be read.
+* A read-only index of a file with holes reads the file into memory (``pread`` returns zeros for a
+  hole without allocating) instead of mapping it.
+
+The OSError reaches the caller like any failed write, and the LogManager takes that log dir
+offline (``io_guard``).
+
 Concurrency: one ``threading.RLock`` guards every access to the map. Appends come from one writer,
 lookups from readers, truncate/resize/close are exclusive; lookups take the lock too, because a
 resize or close replaces (unmaps) the map under them. The lock is held for microseconds.
@@ -52,10 +74,36 @@ INT32_MAX = 2**31 - 1
 # Kafka's "warm section": lookups near the end of the index (in-sync readers) only touch the last
 # 8 KiB of entries, keeping those pages hot in the page cache. See ``_search``.
 WARM_SECTION_BYTES = 8192
+# How far ahead of the entries a writable index allocates blocks: 16 pages, i.e. 8,192 offset
+# entries (32 MiB of log at the default index.interval.bytes) per fallocate and remap.
+ALLOCATION_CHUNK_BYTES = 64 * 1024
 
 
 def _round_down(number: int, factor: int) -> int:
     return factor * (number // factor)
+
+
+def _round_up(number: int, factor: int) -> int:
+    return factor * -(-number // factor)
+
+
+def _first_hole(fd: int, length: int) -> int:
+    """Where the first hole of the file starts (``length`` when it has none below ``length``).
+
+    A file system without hole reporting answers the file size: it is then taken as allocated.
+    """
+    try:
+        return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
+    except OSError:
+        return length
+
+
+def _allocate(fd: int, start: int, end: int) -> None:
+    """Back ``[start, end)`` with disk blocks; OSError (ENOSPC, EIO, ...) when the disk cannot.
+
+    ``end`` never passes the file's length, so the file does not grow."""
+    if end > start:
+        os.posix_fallocate(fd, start, end - start)
 
 
 class AbstractIndex(ABC):
@@ -76,9 +124,12 @@ class AbstractIndex(ABC):
         self._max_index_size = max_index_size
         self._writable = writable
         self._warm_entries = WARM_SECTION_BYTES // self.entry_size
-        self._mm: mmap.mmap | None = None  # None while closed, or when the file has length 0
+        self._mm: mmap.mmap | None = None  # None while closed, or when nothing is mapped
+        # a read-only index of a file with holes is read into memory instead (module docstring)
+        self._copy: bytes | None = None
         self._closed = False
-        self._length = 0
+        self._length = 0  # the file's length
+        self._mapped = 0  # bytes mapped from the start of the file; a writable index has them allocated
         self._max_entries = 0
         created = self._open_and_map()
         # A new file has no entries; an existing file is taken as full of valid entries.
@@ -101,38 +152,88 @@ class AbstractIndex(ABC):
         else:
             f = open(self._path, "rb")  # noqa: SIM115 - a missing file raises FileNotFoundError
         with f:
-            if created:
-                if self._max_index_size < self.entry_size:
+            fd = f.fileno()
+            try:
+                if created:
+                    if self._max_index_size < self.entry_size:
+                        raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
+                    length = _round_down(self._max_index_size, self.entry_size)
+                    f.truncate(length)  # sparse: the blocks are allocated chunk by chunk
+                    allocated = min(length, ALLOCATION_CHUNK_BYTES)
+                    _allocate(fd, 0, allocated)  # on a full disk, fail here rather than at an append
+                else:
+                    length = os.fstat(fd).st_size
+                    allocated = length
+                    if _first_hole(fd, length) < length:
+                        if self._writable:
+                            _allocate(fd, 0, length)
+                        else:
+                            self._copy = os.pread(fd, length, 0)
+                            allocated = 0
+            except BaseException:
+                self._closed = True
+                if created:  # a half-made file would be taken as full of entries next time
                     f.close()
                     self._path.unlink(missing_ok=True)
-                    raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
-                f.truncate(_round_down(self._max_index_size, self.entry_size))
-            self._map(f)
+                raise
+            self._map(fd, allocated)
         return created
 
-    def _map(self, f: BinaryIO) -> None:
-        """Map the whole file as it is now. mmap cannot map 0 bytes, so an empty file has no map."""
+    def _map(self, fd: int, allocated: int) -> None:
+        """Map the first ``allocated`` bytes of the file (at most its length), which must have blocks.
+
+        mmap cannot map 0 bytes, so an index with nothing allocated has no map.
+        """
         try:
-            length = os.fstat(f.fileno()).st_size
+            length = os.fstat(fd).st_size
+            mapped = min(allocated, length)
             access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(f.fileno(), length, access=access) if length > 0 else None
+            self._mm = mmap.mmap(fd, mapped, access=access) if mapped > 0 else None
         except BaseException:
             self._mm = None
             self._closed = True
             raise
         self._length = length
+        self._mapped = mapped
         self._max_entries = length // self.entry_size
 
     def _unmap(self) -> None:
+        self._copy = None
+        self._mapped = 0
         if self._mm is not None:
             self._mm.close()
             self._mm = None
 
-    def _buffer(self) -> mmap.mmap | bytearray:
+    def _reserve(self, end: int, fd: int | None = None) -> None:
+        """Make bytes ``[0, end)`` allocated and mapped before an entry is stored there (lock held).
+
+        Allocates up to the next chunk boundary (never past the file's length) and remaps; an
+        OSError (a full or failing disk) leaves the index as it was.
+        """
+        if end <= self._mapped:
+            return
+        own = fd is None
+        if fd is None:
+            fd = os.open(self._path, os.O_RDWR)
+        try:
+            length = os.fstat(fd).st_size
+            target = min(length, _round_up(end, ALLOCATION_CHUNK_BYTES))
+            if target < end:
+                raise ValueError(f"index {self._path} has {length} bytes, {end} are needed")
+            _allocate(fd, self._mapped, target)
+            self._unmap()
+            self._map(fd, target)
+        finally:
+            if own:
+                os.close(fd)
+
+    def _buffer(self) -> mmap.mmap | bytes | bytearray:
         """The map to read or write; raises ValueError once the index has been closed or unmapped."""
         if self._closed:
             raise ValueError(f"index {self._path} is closed")
-        return self._mm if self._mm is not None else bytearray()
+        if self._mm is not None:
+            return self._mm
+        return self._copy if self._copy is not None else bytearray()
 
     def _ensure_writable(self, action: str) -> None:
         if not self._writable:
@@ -170,9 +271,11 @@ class AbstractIndex(ABC):
         # preallocated file faults for 3-6 ms, against 0.1 ms where the page holds data
         # (measured here), and a bulk append is usually the first write of a new segment's
         # index (the cleaner's windows, an index rebuild). flush's msync covers these pages.
+        # The blocks are allocated first (``_reserve``), so the map grows over them.
         if packed:  # (a file without a map has no room: refused above)
-            fd = os.open(self._path, os.O_WRONLY)
+            fd = os.open(self._path, os.O_RDWR)
             try:
+                self._reserve(start + len(packed), fd)
                 pwrite_all(fd, packed, start)
             finally:
                 os.close(fd)
@@ -214,7 +317,7 @@ class AbstractIndex(ABC):
 
     @property
     def length(self) -> int:
-        """Length in bytes of the file as mapped (preallocated space included)."""
+        """Length in bytes of the file (preallocated space included; only a prefix is mapped)."""
         return self._length
 
     @property
@@ -259,11 +362,14 @@ class AbstractIndex(ABC):
                 )
             with open(self._path, "r+b") as f:
                 # Unmap before cutting the file: touching a mapped page past EOF raises SIGBUS.
+                # What stays allocated is the mapped prefix (a shrink may cut it); a grown tail is
+                # a hole, allocated by ``_reserve`` when entries reach it.
+                allocated = self._mapped
                 self._unmap()
                 try:
                     f.truncate(rounded)
                 finally:
-                    self._map(f)  # the file's length now, whether or not truncate succeeded
+                    self._map(f.fileno(), allocated)  # the file's length now, whether or not truncate succeeded
             self._refresh_last_entry()
             return True
 

@@ -143,7 +143,10 @@ class OffsetIndex(AbstractIndex):
                 raise IndexOffsetOverflowError(offset, self._base_offset, str(self._path))
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} for offset index {self._path} is not an int32 >= 0")
-            mm = self._mm  # mapped: an index with a free slot has a non-empty file
+            end = (entries + 1) * ENTRY_SIZE
+            if end > self._mapped:  # blocks first: a store into a hole faults on a full disk
+                self._reserve(end)
+            mm = self._mm
             assert mm is not None
             _ENTRY.pack_into(mm, entries * ENTRY_SIZE, relative, position)
             self._entries = entries + 1

@@ -161,7 +161,10 @@ class TimeIndex(AbstractIndex):
             relative = self.relative_offset(offset)
             if timestamp > _INT64_MAX:
                 raise ValueError(f"timestamp {timestamp} for time index {self._path} is not an int64")
-            mm = self._mm  # mapped: an index with a free slot has a non-empty file
+            end = (entries + 1) * ENTRY_SIZE
+            if end > self._mapped:  # blocks first: a store into a hole faults on a full disk
+                self._reserve(end)
+            mm = self._mm
             assert mm is not None
             _ENTRY.pack_into(mm, entries * ENTRY_SIZE, timestamp, relative)
             self._entries = entries + 1
