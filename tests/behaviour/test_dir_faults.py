@@ -1,8 +1,9 @@
-"""Injected disk faults: ENOSPC and EIO on write, fsync and rename in one log directory.
+"""Injected disk faults: ENOSPC and EIO on write, fsync, rename and fallocate in one log directory.
 
-The fault wraps ``os.write/writev/pwrite/pwritev`` (fds are mapped to paths through
-/proc/self/fd), ``os.fsync``, ``os.replace`` and ``os.rename`` so that they fail only for paths in
-the victim directory. Each scenario checks that the victim goes offline (visible in
+The fault (tests/disk.py) wraps ``os.write/writev/pwrite/pwritev`` (fds are mapped to paths
+through /proc/self/fd), ``os.fsync``, ``os.replace``, ``os.rename`` and ``os.posix_fallocate``
+(an index allocates its blocks with it before it maps them: the fault reaches the mmap path) so
+that they fail only for paths in the victim directory. Each scenario checks that the victim goes offline (visible in
 ``dir_status`` with the error), that its partitions raise KafkaStorageError naming it, that the
 other directory keeps appending, flushing, reading and checkpointing, and that after the fault
 is gone a restart finds every flushed record of both directories intact and ``verify`` clean.
@@ -14,7 +15,6 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,46 +28,10 @@ from logkeeper.log.scheduler import ManualClock, Scheduler
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
+from tests.disk import Faults
 
 START_MS = 1_700_000_000_000
 CHECKPOINT_MS = 1_000
-
-
-class Faults:
-    """Make chosen os calls fail with ``err`` for paths under ``victim`` while armed."""
-
-    WRITES = ("write", "writev", "pwrite", "pwritev")
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, victim: Path, op: str, err: int) -> None:
-        self.victim = str(victim)
-        self.err = err
-        self.armed = False
-        self.hits = 0
-        names = {"write": self.WRITES, "fsync": ("fsync",), "rename": ("replace", "rename")}[op]
-        for name in names:
-            real = getattr(os, name)
-            by_fd = name in self.WRITES or name == "fsync"
-            monkeypatch.setattr(os, name, self._wrap(real, by_fd))
-
-    def _in_victim(self, path: str) -> bool:
-        return path == self.victim or path.startswith(self.victim + os.sep)
-
-    def _wrap(self, real: Callable[..., Any], by_fd: bool) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self.armed:
-                if by_fd:
-                    try:
-                        paths = [os.readlink(f"/proc/self/fd/{args[0]}")]
-                    except OSError:
-                        paths = []
-                else:
-                    paths = [os.fsdecode(os.path.abspath(a)) for a in args[:2]]
-                if any(self._in_victim(p) for p in paths):
-                    self.hits += 1
-                    raise OSError(self.err, os.strerror(self.err), paths[0])
-            return real(*args, **kwargs)
-
-        return wrapper
 
 
 class Node:
@@ -171,8 +135,19 @@ def trigger_delete(n: Node, victim: Path) -> None:
         n.manager.delete_log(tp)
 
 
+def trigger_roll(n: Node, victim: Path) -> None:
+    """Append until a roll: the new segment's index allocates its blocks (posix_fallocate) before
+    mapping them, which is where a full disk must fail, with an OSError and not a SIGBUS."""
+    tp = n.victim_tps(victim)[0]
+    with pytest.raises(KafkaStorageError) as e:
+        for _ in range(200):  # a 2 KiB segment rolls after a dozen batches
+            n.manager.append(tp, n.batch(tp))
+    assert str(victim) in str(e.value)
+
+
 SCENARIOS = [
     ("write", "append", trigger_append),
+    ("fallocate", "roll", trigger_roll),
     ("write", "checkpoint", trigger_checkpoint),
     ("fsync", "flush", trigger_flush),
     ("fsync", "background-flush", trigger_background_flush),
@@ -292,4 +267,39 @@ def test_fault_during_shutdown_leaves_that_directory_unclean(node: Node, monkeyp
     assert [d.had_clean_shutdown for d in node.manager.dirs] == [False, True]
     check_all_flushed_records(node.manager, node.flushed)
     for d in node.dirs:
+        assert verify_path(d).ok
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+def test_untrimmed_index_on_a_failing_disk_takes_that_directory_offline_at_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    """A SIGKILL leaves the active segment's index untrimmed: sparse up to its maximum size. Loading it
+    allocates those holes before mapping them (a store or, on tmpfs, even a read of a hole on a full
+    disk is a SIGBUS); when that fails, that directory goes offline and the others load."""
+    n = Node(tmp_path)
+    for tp in n.tps:
+        n.write(tp)
+    n.manager.shutdown()
+    victim, other = n.dirs
+    index = sorted((victim / "t-0").glob("*.index"))[-1]
+    os.truncate(index, 4096)  # as the killed process left it: entries, then a hole
+    (victim / CLEAN_SHUTDOWN_FILE).unlink()
+    faults = Faults(monkeypatch, victim, "fallocate", err)
+    faults.armed = True
+    m = n.manager = n.start()
+    try:
+        assert faults.hits > 0
+        assert m.offline_log_dirs == [victim] and m.live_log_dirs == [other]
+        assert os.strerror(err) in (m.dir_status()[0].error or "")
+        with pytest.raises(KafkaStorageError, match=str(victim)):
+            m.append(TopicPartition("t", 0), b"")
+        for tp in n.tps[1::2]:  # those of the other directory go on
+            assert m.dir_of(tp).path == other
+            n.write(tp)
+    finally:
+        faults.armed = False
+        m.shutdown()
+    n.manager = n.start()
+    check_all_flushed_records(n.manager, n.flushed)
+    for d in n.dirs:
         assert verify_path(d).ok

@@ -84,6 +84,7 @@ class LogCleaner:
         self.manager = CleanerManager(log_dirs, logs_provider, clock_ms=clock_ms,
                                       retry_initial_ms=config.log_cleaner_uncleanable_retry_initial_ms,
                                       retry_max_ms=config.log_cleaner_uncleanable_retry_max_ms)
+        self.manager.log_dir_failure = log_dir_failure
         self.throttler = Throttler(config.log_cleaner_io_max_bytes_per_second)
         self.threads: list[CleanerThread] = []
         # the hand-off's modules (and the Spark job's) are imported only when it is on

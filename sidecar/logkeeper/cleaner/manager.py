@@ -85,6 +85,9 @@ class CleanerManager:
         self.time_of_last_run_ms = clock_ms()
         # logs this returns True for are left to the Spark hand-off (offload.py), not cleaned here
         self.offload_filter: Callable[[LogToClean], bool] | None = None
+        # told (dir, message, error) when a cleaner checkpoint cannot be written: that directory
+        # goes offline, as Kafka's checkpoint files report to its LogDirFailureChannel
+        self.log_dir_failure: Callable[[Path, str, BaseException], None] | None = None
 
     # ------------------------------------------------------------------ checkpoints
     @staticmethod
@@ -103,6 +106,7 @@ class CleanerManager:
 
     def update_checkpoints(self, data_dir: Path, update: tuple[TopicPartition, int] | None = None,
                            remove: TopicPartition | None = None) -> None:
+        failed: OSError | None = None
         with self._lock:
             checkpoint = self._checkpoints.get(Path(data_dir).resolve())
             if checkpoint is None:
@@ -117,6 +121,11 @@ class CleanerManager:
                 checkpoint.write(current)
             except (OSError, LogkeeperError) as e:
                 _LOG.error("failed to update cleaner checkpoint %s: %s", checkpoint.path, e)
+                if isinstance(e, OSError):
+                    failed = e
+        # outside the lock: taking the directory offline calls back into handle_log_dir_failure
+        if failed is not None and self.log_dir_failure is not None:
+            self.log_dir_failure(Path(data_dir), f"failed to write the cleaner checkpoint {checkpoint.path}", failed)
 
     def alter_checkpoint_dir(self, tp: TopicPartition, source_dir: Path, dest_dir: Path) -> None:
         with self._lock:

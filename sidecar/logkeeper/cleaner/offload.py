@@ -45,8 +45,10 @@ A failure or a timeout in steps 1-4 aborts cleanly: every process of the job kil
 entry says ``failed`` with the reason, and the next attempt waits for a backoff that starts at
 log.cleaner.uncleanable.retry.initial.ms and doubles per consecutive failure up to
 log.cleaner.uncleanable.retry.max.ms. Meanwhile the cleaner threads clean the log as before
-(several rounds). An I/O error inside the swap takes the log directory offline
-(``log_dir_failure``), as the in-process cleaner's does; the loader finishes the swap.
+(several rounds). An I/O error writing into the partition directory (step 4's placing, the swap:
+ENOSPC, EIO) takes the log directory offline (``log_dir_failure``), as the in-process cleaner's
+does; the loader removes placed ``.cleaned`` files or finishes the swap at the next start. An
+error reading the staged files (another file system) only fails the hand-off (install.py).
 
 Status (``status()``; /v1/status shows it per partition as ``offload``): state (``running``,
 ``swapping``, ``done``, ``failed``), attempt, staging directory, the job's arguments, started and
@@ -73,6 +75,7 @@ from ..log.segment import LogSegment
 from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
 from ..spark.rewrite import file_crc32c
 from .config import CleanerConfig
+from .install import install_staged
 from .manager import CleanerManager, LogsProvider
 from .offload_job import JobRequest, JobRunner, OffloadError, runner_from_config
 from .selection import LogToClean, cleanable_offsets, max_compaction_delay
@@ -228,6 +231,7 @@ class Offloader:
         staging = self.staging_root(data_dir) / str(tp) / attempt
         placed: list[Path] = []
         paused = False
+        installing = False  # writing into the partition directory: an OSError there is the directory's
         swapping = False
         try:
             try:
@@ -254,7 +258,9 @@ class Offloader:
             self._update(tp, state="swapping")
             old = self._validate(log, request, manifest, staging)
             self.crash_hook("validated")
+            installing = True
             new = self._place(log, manifest, staging, placed)
+            installing = False
             self.crash_hook("placed")
             with log.lock:
                 self._ensure_inputs(log, manifest)
@@ -275,12 +281,17 @@ class Offloader:
             return True
         except Exception as e:
             reason = str(e) if isinstance(e, OffloadError) else f"{type(e).__name__}: {e}"
-            if swapping and isinstance(e, OSError) and self.log_dir_failure is not None:
-                # as the in-process cleaner: an I/O error in the swap takes the log directory offline
-                self.log_dir_failure(data_dir, f"failed to swap in the Spark job's segments of {tp}", e)
+            if (installing or swapping) and isinstance(e, OSError) and self.log_dir_failure is not None:
+                # as the in-process cleaner: an I/O error writing the log's files (placing the
+                # staged output, the swap) takes the log directory offline
+                step = "place" if installing else "swap in"
+                self.log_dir_failure(data_dir, f"failed to {step} the Spark job's segments of {tp}", e)
             if not swapping:
                 for path in placed:
-                    path.unlink(missing_ok=True)
+                    try:
+                        path.unlink(missing_ok=True)
+                    except OSError:  # a failed disk: the loader removes .cleaned files at the next start
+                        _LOG.warning("cannot remove %s after the failed hand-off of %s", path, tp)
             self._remove_staging(staging, data_dir)
             if paused:
                 self._resume(tp)
@@ -390,15 +401,7 @@ class Offloader:
                 target = log.dir / (f.name + CLEANED_SUFFIX)
                 target.unlink(missing_ok=True)
                 placed.append(target)
-                try:
-                    os.rename(source, target)
-                except OSError:  # another file system: copy, keeping the modification time
-                    shutil.copy2(source, target)
-                    fd = os.open(target, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+                install_staged(source, target)
         fsync_dir(log.dir)
         c = log.config
         return [LogSegment(log.dir, out.base_offset, index_interval_bytes=c.index_interval_bytes,

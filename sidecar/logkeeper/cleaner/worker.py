@@ -113,6 +113,13 @@ class CleanerWorker:
                     self.delete_old_segments(log)
                 except CleanerShutdownError:
                     raise
+                except OSError as e:
+                    # the disk's fault, not the partition's: as for a cleaning, its directory goes offline
+                    if self.log_dir_failure is None:
+                        raise LogCleaningException(log, f"{type(e).__name__}: {e}") from e
+                    data_dir = self.manager.log_dir_of(log)
+                    self.log_dir_failure(data_dir, f"failed to delete old segments of {log.name} in dir "
+                                                   f"{data_dir} due to an I/O error", e)
                 except Exception as e:
                     raise LogCleaningException(log, f"{type(e).__name__}: {e}") from e
         finally:
