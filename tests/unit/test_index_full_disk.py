@@ -1,0 +1,237 @@
+"""Index files on a full or failing disk: an OSError, never a SIGBUS (issue 17, point 3).
+
+A store into -- or, on tmpfs, even a read of -- a hole of a shared mapping makes the kernel
+allocate a page; on a full disk it cannot and the process dies of SIGBUS. The index therefore maps
+only blocks it allocated with ``posix_fallocate`` (abstract_index.py). Two kinds of test:
+
+* fault injection: ``os.posix_fallocate`` fails (ENOSPC, EIO) at each point where the index
+  allocates (create, growing past the allocated prefix by append and by bulk append, opening an
+  untrimmed file), and the index raises the OSError and stays usable;
+* a real full tmpfs (mounted by the test as root, skipped with the reason elsewhere), in a
+  subprocess so that a regression shows as "killed by SIGBUS" instead of killing the test run.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from logkeeper.index.abstract_index import ALLOCATION_CHUNK_BYTES
+from logkeeper.index.offset_index import OffsetIndex, OffsetPosition
+from logkeeper.index.time_index import TimeIndex, TimestampOffset
+from tests.disk import small_tmpfs
+
+MAX_SIZE = 1024 * 1024  # more than one allocation chunk
+CHUNK_ENTRIES = ALLOCATION_CHUNK_BYTES // 8  # offset index entries in the first chunk
+
+
+class FailingFallocate:
+    """``os.posix_fallocate`` that records its calls and fails with ``err`` while armed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, err: int = errno.ENOSPC) -> None:
+        self.real: Callable[[int, int, int], None] = os.posix_fallocate
+        self.err = err
+        self.armed = False
+        self.calls: list[tuple[int, int]] = []
+        monkeypatch.setattr(os, "posix_fallocate", self)
+
+    def __call__(self, fd: int, offset: int, length: int) -> None:
+        self.calls.append((offset, length))
+        if self.armed:
+            raise OSError(self.err, os.strerror(self.err))
+        self.real(fd, offset, length)
+
+
+@pytest.fixture(params=[errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+def fallocate(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> FailingFallocate:
+    return FailingFallocate(monkeypatch, request.param)
+
+
+def allocated_bytes(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_a_new_index_allocates_its_first_chunk_and_stays_sparse(tmp_path: Path) -> None:
+    with OffsetIndex(tmp_path / "a.index", 0, 10 * 1024 * 1024) as idx:
+        assert idx.length == 10 * 1024 * 1024 and idx.max_entries == 10 * 1024 * 1024 // 8
+        assert ALLOCATION_CHUNK_BYTES <= allocated_bytes(idx.path) < 1024 * 1024
+
+
+def test_create_fails_with_the_error_and_leaves_no_file(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    fallocate.armed = True
+    for cls in (OffsetIndex, TimeIndex):
+        path = tmp_path / f"n.{cls.__name__}"
+        with pytest.raises(OSError) as e:
+            cls(path, 0, MAX_SIZE)
+        assert e.value.errno == fallocate.err
+        assert not path.exists()  # a half-made file would be taken as full of entries next time
+
+
+def test_append_past_the_allocated_prefix_raises_and_keeps_the_index(tmp_path: Path,
+                                                                    fallocate: FailingFallocate) -> None:
+    idx = OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE)
+    for i in range(CHUNK_ENTRIES):  # the first chunk: already allocated, no call
+        idx.append(i, i)
+    fallocate.armed = True
+    calls = len(fallocate.calls)
+    with pytest.raises(OSError) as e:
+        idx.append(CHUNK_ENTRIES, CHUNK_ENTRIES)  # the store would be in a hole: allocate first
+    assert e.value.errno == fallocate.err and len(fallocate.calls) == calls + 1
+    assert (idx.entries, idx.last_offset) == (CHUNK_ENTRIES, CHUNK_ENTRIES - 1)
+    assert idx.lookup(10**9) == OffsetPosition(CHUNK_ENTRIES - 1, CHUNK_ENTRIES - 1)
+    fallocate.armed = False  # space freed: appends go on
+    idx.append(CHUNK_ENTRIES, CHUNK_ENTRIES)
+    assert idx.lookup(10**9) == OffsetPosition(CHUNK_ENTRIES, CHUNK_ENTRIES)
+    idx.close()
+    assert idx.path.stat().st_size == (CHUNK_ENTRIES + 1) * 8
+
+
+def test_time_index_append_past_the_allocated_prefix(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    idx = TimeIndex(tmp_path / "a.timeindex", 0, MAX_SIZE)
+    per_chunk = ALLOCATION_CHUNK_BYTES // 12 + 1  # the entry that crosses the chunk's end
+    for i in range(per_chunk - 1):
+        idx.maybe_append(1000 + i, i)
+    fallocate.armed = True
+    with pytest.raises(OSError):
+        idx.maybe_append(10**6, per_chunk)
+    assert idx.entries == per_chunk - 1 and idx.last_entry == TimestampOffset(1000 + per_chunk - 2, per_chunk - 2)
+    fallocate.armed = False
+    idx.maybe_append(10**6, per_chunk)
+    assert idx.lookup(10**6) == TimestampOffset(10**6, per_chunk)
+    idx.close()
+
+
+def test_bulk_append_past_the_allocated_prefix(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    import numpy as np
+
+    idx = OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE)
+    offsets = np.arange(CHUNK_ENTRIES * 3, dtype=np.int64)
+    fallocate.armed = True
+    with pytest.raises(OSError):
+        idx.append_many(offsets, offsets)
+    assert idx.entries == 0
+    fallocate.armed = False
+    idx.append_many(offsets, offsets)
+    assert idx.entries == len(offsets) and idx.entry(len(offsets) - 1) == OffsetPosition(len(offsets) - 1,
+                                                                                       len(offsets) - 1)
+    idx.close()
+
+
+def test_regrowing_after_a_trim_allocates_again(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    """A rolled segment that becomes active again (truncation) grows its trimmed index back: the
+    grown tail is a hole until entries reach it."""
+    idx = OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE)
+    idx.append(0, 0)
+    idx.trim_to_valid_size()
+    idx.resize(MAX_SIZE)
+    fallocate.armed = True
+    with pytest.raises(OSError):
+        idx.append(1, 1)
+    fallocate.armed = False
+    idx.append(1, 1)
+    assert idx.entries == 2
+    idx.close()
+
+
+def untrimmed(path: Path, entries: int, length: int) -> Path:
+    """An index file as a killed process leaves it: entries, then a hole up to its full size."""
+    with open(path, "wb") as f:
+        for i in range(entries):
+            f.write((i).to_bytes(4, "big") + (i * 10).to_bytes(4, "big"))
+        f.truncate(length)
+    return path
+
+
+def test_an_untrimmed_file_is_allocated_before_it_is_mapped(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    path = untrimmed(tmp_path / "u.index", 3, MAX_SIZE)
+    fallocate.armed = True
+    with pytest.raises(OSError) as e:
+        OffsetIndex(path, 0, MAX_SIZE)
+    assert e.value.errno == fallocate.err and fallocate.calls == [(0, MAX_SIZE)]
+    fallocate.armed = False
+    idx = OffsetIndex(path, 0, MAX_SIZE)  # taken as full of entries, as in Kafka; recovery rebuilds it
+    assert idx.entries == MAX_SIZE // 8 and idx.entry(2) == OffsetPosition(2, 20)
+    idx.close_handler()
+
+
+def test_a_trimmed_file_is_mapped_without_allocating(tmp_path: Path, fallocate: FailingFallocate) -> None:
+    path = untrimmed(tmp_path / "t.index", 3, 3 * 8)
+    fallocate.armed = True
+    idx = OffsetIndex(path, 0, MAX_SIZE)
+    assert fallocate.calls == [] and idx.entries == 3
+    idx.close_handler()
+
+
+def test_read_only_index_of_an_untrimmed_file_reads_without_mapping_holes(tmp_path: Path,
+                                                                          fallocate: FailingFallocate) -> None:
+    path = untrimmed(tmp_path / "r.index", 3, 64 * 1024)
+    fallocate.armed = True
+    idx = OffsetIndex(path, 0, MAX_SIZE, writable=False)
+    assert fallocate.calls == []
+    assert idx.entries == 8192 and idx.entry(1) == OffsetPosition(1, 10) and idx.last_offset == 0
+    idx.close()
+    assert path.stat().st_size == 64 * 1024  # read-only: the file is never changed
+
+
+# ------------------------------------------------------------------------------------------------
+# A real full file system
+# ------------------------------------------------------------------------------------------------
+CHILD = textwrap.dedent("""
+    import errno, os, sys
+    from pathlib import Path
+    from logkeeper.index.offset_index import OffsetIndex
+    from logkeeper.index.time_index import TimeIndex
+    from tests.disk import fill
+
+    root = Path(sys.argv[1])
+    size = 1024 * 1024
+    # before the disk fills: a growing index (its first chunk allocated), an untrimmed one
+    growing = OffsetIndex(root / "growing.index", 0, size)
+    with open(root / "untrimmed.index", "wb") as f:
+        f.write((0).to_bytes(4, "big") + (7).to_bytes(4, "big"))
+        f.truncate(size)
+    fill(root)
+
+    def expect_enospc(what, action):
+        try:
+            action()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, (what, e)
+            print(what, "ENOSPC", flush=True)
+        else:
+            raise AssertionError(f"{what}: no error on a full disk")
+
+    def append_until_full():
+        for i in range(size // 8):
+            growing.append(i, i)
+
+    expect_enospc("append", append_until_full)
+    assert growing.entries > 0
+    expect_enospc("create", lambda: OffsetIndex(root / "new.index", 0, size))
+    expect_enospc("create-time", lambda: TimeIndex(root / "new.timeindex", 0, size))
+    assert not (root / "new.index").exists()
+    expect_enospc("open-untrimmed", lambda: OffsetIndex(root / "untrimmed.index", 0, size))
+    ro = OffsetIndex(root / "untrimmed.index", 0, size, writable=False)
+    assert ro.entry(0).position == 7 and ro.last_offset == 0  # the hole reads as zeros
+    print("read-only ok", flush=True)
+    growing.close()  # a trim frees blocks
+    print("done", flush=True)
+""")
+
+
+def test_a_full_tmpfs_gives_enospc_not_sigbus(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "mnt", "2m") as mnt:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(mnt)], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[2], check=False)
+        assert done.returncode >= 0, f"killed by {signal.Signals(-done.returncode).name}: {done.stdout}"
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[:-1] == ["append ENOSPC", "create ENOSPC", "create-time ENOSPC",
+                                                "open-untrimmed ENOSPC", "read-only ok", "done"]
