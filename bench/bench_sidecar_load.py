@@ -148,7 +148,9 @@ async def run_load(proc: SidecarProcess, args: argparse.Namespace) -> dict[str, 
     produced, fetched = Tally(), Tally()
     samples: list[dict[str, Any]] = []
     connector = aiohttp.TCPConnector(limit=args.producers + args.readers + 2)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # reads need the token too (the sidecar's default): every request of the session carries it
+    async with aiohttp.ClientSession(connector=connector,
+                                     headers={"Authorization": f"Bearer {proc.token}"}) as session:
         started = time.monotonic()
         deadline = started + args.seconds
         tasks = [producer(session, proc.base_url, proc.token, args.partitions, args.batch,

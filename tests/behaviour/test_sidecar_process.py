@@ -86,7 +86,7 @@ def test_raw_batch_round_trip(sidecar: SidecarProcess) -> None:
     produced = json.loads(body)
     assert produced["record_count"] == 50 and produced["batch_count"] == 1
     status, headers, data = c.request("GET", f"/v1/topics/plain/partitions/1/records?offset={produced['base_offset']}",
-                                      headers={"Accept": BATCH}, auth=False)
+                                      headers={"Accept": BATCH})
     assert status == 200 and headers["Content-Type"] == BATCH
     assert int(headers["Logkeeper-Next-Offset"]) == produced["last_offset"] + 1
     assert data[8:] == raw[8:]  # the same batch, its base offset assigned
@@ -133,7 +133,8 @@ def test_status_follows_cleaning(sidecar: SidecarProcess) -> None:
 
 
 def test_metrics_scrape_parses(sidecar: SidecarProcess) -> None:
-    status, headers, body = sidecar.client.request("GET", "/metrics", auth=False)
+    assert sidecar.client.request("GET", "/metrics", auth=False)[0] == 401  # reads need the token by default
+    status, headers, body = sidecar.client.request("GET", "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     for name in ("kafka_log_LogCleaner_max_buffer_utilization_percent", "kafka_log_LogCleaner_cleaner_recopy_percent",
@@ -160,6 +161,7 @@ def test_topics_over_http(sidecar: SidecarProcess) -> None:
     assert {"plain", "compacted", "orders"} <= set(names)
     assert c.json("POST", "/v1/topics", {"name": "orders"}, expect=409)["error"] == "conflict"
     assert c.json("POST", "/v1/topics", {"name": "x"}, expect=401, auth=False)["error"] == "unauthorized"
+    assert c.json("GET", "/v1/topics", expect=401, auth=False)["error"] == "unauthorized"
     c.json("DELETE", "/v1/topics/orders", expect=204)
     assert c.json("GET", "/v1/topics/orders", expect=404)["error"] == "not_found"
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from logkeeper.errors import InvalidConfigError
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
@@ -42,7 +43,8 @@ def make_config(tmp_path: Path, **sidecar: Any) -> SidecarConfig:
 Scenario = Callable[[TestClient[Any, Any], Sidecar], Awaitable[None]]
 
 
-def run(config: SidecarConfig, scenario: Scenario, *, start: bool = True) -> None:
+def run(config: SidecarConfig, scenario: Scenario, *, start: bool = True, token: bool = True) -> None:
+    """``token``: the client sends the token with every request (reads need it by default)."""
     sidecar = Sidecar(config)
     if start:
         sidecar.start()
@@ -50,7 +52,7 @@ def run(config: SidecarConfig, scenario: Scenario, *, start: bool = True) -> Non
 
     async def main() -> None:
         api = Api(sidecar, config.sidecar, TokenFile(config.sidecar.token_file), pool)
-        async with TestClient(TestServer(build_app(api))) as client:
+        async with TestClient(TestServer(build_app(api)), headers=AUTH if token else None) as client:
             await scenario(client, sidecar)
 
     try:
@@ -203,7 +205,7 @@ def test_an_invalid_batch_writes_nothing(config: SidecarConfig) -> None:
 
 
 def test_tokens(tmp_path: Path) -> None:
-    config = make_config(tmp_path, **{"auth.reads": True})
+    config = make_config(tmp_path)
 
     async def scenario(c: TestClient[Any, Any], _s: Sidecar) -> None:
         body = {"name": "t", "partitions": 1}
@@ -212,15 +214,46 @@ def test_tokens(tmp_path: Path) -> None:
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
         await expect_error(await c.post("/v1/topics", json=body, headers={"Authorization": "Bearer nope"}), 401,
                            "unauthorized")
-        await expect_error(await c.get("/v1/topics"), 401, "unauthorized")  # auth.reads
-        assert (await c.get("/v1/status")).status == 200
-        assert (await c.get("/metrics")).status == 200
+        # reads need the token by default: records, topics, status and metrics alike
+        for path in ("/v1/topics", "/v1/topics/raw", "/v1/topics/raw/partitions/0/offsets",
+                     "/v1/topics/raw/partitions/0/records?offset=0", "/v1/status", "/metrics"):
+            await expect_error(await c.get(path), 401, "unauthorized")
+            assert (await c.get(path, headers=AUTH)).status == 200, path
+        # what the kubelet's probes read, and the API's description, answer without it
+        for path in ("/healthz", "/readyz", "/openapi.json"):
+            assert (await c.get(path)).status == 200, path
         (tmp_path / "token").write_text("rotated")
         await expect_error(await c.post("/v1/topics", json=body, headers=AUTH), 401, "unauthorized")
         assert (await c.post("/v1/topics", json=body, headers={"Authorization": "Bearer rotated"})).status == 201
         (tmp_path / "token").unlink()
         await expect_error(await c.get("/v1/topics", headers=AUTH), 503, "token_unavailable")
-    run(config, scenario)
+        assert (await c.get("/healthz")).status == 200  # the probes do not depend on the token file
+    run(config, scenario, token=False)
+
+
+def test_reads_opened_on_purpose(tmp_path: Path) -> None:
+    config = make_config(tmp_path, **{"http.read.auth": "none"})
+
+    async def scenario(c: TestClient[Any, Any], _s: Sidecar) -> None:
+        for path in ("/v1/topics", "/v1/topics/raw/partitions/0/records?offset=0", "/v1/status"):
+            assert (await c.get(path)).status == 200, path
+        await expect_error(await c.get("/metrics"), 401, "unauthorized")  # its own setting
+        await expect_error(await c.post("/v1/topics", json={"name": "t"}), 401, "unauthorized")  # writes never
+    run(config, scenario, token=False)
+
+
+def test_metrics_opened_on_purpose(tmp_path: Path) -> None:
+    config = make_config(tmp_path, **{"http.metrics.auth": "none"})
+
+    async def scenario(c: TestClient[Any, Any], _s: Sidecar) -> None:
+        assert (await c.get("/metrics")).status == 200
+        await expect_error(await c.get("/v1/status"), 401, "unauthorized")
+    run(config, scenario, token=False)
+
+
+def test_the_old_auth_reads_key_is_refused_with_the_new_name(tmp_path: Path) -> None:
+    with pytest.raises(InvalidConfigError, match=r"http\.read\.auth: none"):
+        make_config(tmp_path, **{"auth.reads": True})
 
 
 def test_request_size_is_bounded(tmp_path: Path) -> None:

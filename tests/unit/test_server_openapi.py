@@ -42,19 +42,21 @@ def test_path_parameters_and_security(tmp_path: Path) -> None:
         for method, op in ops.items():
             declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
             assert declared == set(re.findall(r"{(\w+)}", path)), (method, path)
-            mutating = method in ("post", "put", "delete")
-            assert ("security" in op) == mutating, (method, path)
-            assert ("401" in op["responses"]) == mutating, (method, path)
+            # secure defaults: everything needs the token but what the probes read, and this document
+            secured = path not in ("/healthz", "/readyz", "/openapi.json")
+            assert ("security" in op) == secured, (method, path)
+            assert ("401" in op["responses"]) == secured, (method, path)
             for code, resp in op["responses"].items():
                 if int(code) >= 400:
                     assert resp["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
 
 
-def test_reads_are_secured_with_auth_reads(tmp_path: Path) -> None:
-    _routes, spec = app_and_spec(tmp_path, **{"auth.reads": True, "fetch.max.bytes": 1000})
+def test_reads_opened_on_purpose_are_documented_open(tmp_path: Path) -> None:
+    _routes, spec = app_and_spec(tmp_path, **{"http.read.auth": "none", "fetch.max.bytes": 1000})
     fetch = spec["paths"]["/v1/topics/{topic}/partitions/{partition}/records"]["get"]
-    assert fetch["security"] == [{"bearerAuth": []}]
-    assert "security" not in spec["paths"]["/v1/status"]["get"]
+    assert "security" not in fetch and "security" not in spec["paths"]["/v1/status"]["get"]
+    assert spec["paths"]["/metrics"]["get"]["security"] == [{"bearerAuth": []}]  # its own setting
+    assert spec["paths"]["/v1/topics/{topic}/partitions/{partition}/records"]["post"]["security"]
     max_bytes = next(p for p in fetch["parameters"] if p["name"] == "max_bytes")
     assert max_bytes["schema"]["maximum"] == 1000
 

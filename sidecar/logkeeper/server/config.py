@@ -43,6 +43,7 @@ created through the API keep their configs in the log directories (topic_store.p
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -57,7 +58,7 @@ from ..errors import InvalidConfigError
 from ..log import names
 from ..log.log_config import TOPIC_SETTINGS
 from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS, ManagerConfig
-from ..settings import Setting, SettingGroup, at_least
+from ..settings import Setting, SettingGroup, at_least, one_of, subset_of
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,19 @@ def _listen_ok(value: list[str]) -> str | None:
     if not value:
         return "must name at least one host:port address"
     return _addresses_ok(value)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _kafka_listen_ok(value: list[str]) -> str | None:
+    for item in value:
+        try:
+            parse_kafka_listener(item)
+        except ValueError as e:
+            return str(e)
+    return None
 
 
 def _addresses_ok(value: list[str]) -> str | None:
@@ -85,9 +99,25 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
     Setting("listen", list, ["127.0.0.1:8080"],
             "Addresses (host:port; [v6]:port) the HTTP API listens on; port 0 takes any free port.", _listen_ok),
     Setting("token.file", str, "",
-            "File holding the bearer token of mutating requests (re-read when it changes).", None),
-    Setting("auth.reads", bool, False, "Require the bearer token for read requests too (status and metrics "
-            "excepted).", None),
+            "File holding the bearer token that writes and (by default) reads need (re-read when it changes).",
+            None),
+    # Secure by default: reading records, topics, status and metrics needs the token too. Only
+    # the probes' paths (/healthz, /readyz) and /openapi.json answer without it (middleware.py).
+    Setting("http.read.auth", str, "token",
+            "Who may read over HTTP (GET: records, topics, status): token = only requests with the bearer "
+            "token; none = anyone who reaches the port (open on purpose).", one_of("token", "none")),
+    Setting("http.metrics.auth", str, "token",
+            "Who may read /metrics: token, or none for a Prometheus that scrapes without the token.",
+            one_of("token", "none")),
+    Setting("http.max.connections", int, 256,
+            "Most HTTP connections open at once; more are answered 503 and closed (Kafka's max.connections).",
+            at_least(1)),
+    Setting("http.connections.max.idle.ms", int, 60000,
+            "An HTTP connection with no request in progress (or still sending its headers) is closed after this "
+            "long (Kafka's connections.max.idle.ms).", at_least(100), "ms"),
+    Setting("http.body.timeout.ms", int, 30000,
+            "Bound on reading one request body; a slower body is answered 408 and its connection closed.",
+            at_least(100), "ms"),
     Setting("max.request.bytes", int, 4 * MIB, "Largest request body accepted (413 beyond).", at_least(1024),
             "bytes"),
     Setting("fetch.max.bytes", int, 50 * MIB, "Largest max_bytes a fetch may ask for (Kafka's fetch.max.bytes).",
@@ -98,15 +128,42 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
             at_least(1000), "ms"),
     # the Kafka listener (logkeeper/protocol/); README "Kafka listener"
     Setting("kafka.listen", list, [],
-            "Addresses (host:port; [v6]:port) of the Kafka protocol listener; empty = off. It has no "
-            "authentication: keep it on loopback unless the pod network is trusted.", _addresses_ok),
+            "Addresses of the Kafka protocol listener, [PROTOCOL://]host:port with PROTOCOL one of PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT, SASL_SSL; empty = off. Without a protocol the address must be loopback (PLAINTEXT); "
+            "PLAINTEXT elsewhere must be written out.", _kafka_listen_ok),
     Setting("kafka.advertised.listeners", list, [],
             "host:port that Metadata and FindCoordinator give clients, one per kafka.listen address; empty = "
             "the address each client connected to.", _addresses_ok),
     Setting("kafka.node.id", int, 0, "The node id the listener gives itself in Metadata.", at_least(0)),
-    Setting("kafka.max.request.bytes", int, 100 * MIB,
-            "Largest Kafka request frame accepted; a larger one closes the connection (Kafka's "
+    Setting("kafka.socket.request.max.bytes", int, 100 * MIB,
+            "Largest Kafka request frame accepted; a larger one closes the connection before it is read (Kafka's "
             "socket.request.max.bytes).", at_least(1024), "bytes"),
+    Setting("kafka.queued.max.request.bytes", int, 100 * MIB,
+            "Bytes of request frames held at once over all connections; a connection waits (is not read) until "
+            "its frame fits (Kafka's queued.max.request.bytes, bounded here). At least "
+            "kafka.socket.request.max.bytes.", at_least(1024), "bytes"),
+    Setting("kafka.max.connections", int, 128,
+            "Kafka connections open at once; one more is closed as soon as it is accepted (Kafka's "
+            "max.connections; bounded here: a sidecar serves its own pod).", at_least(1)),
+    Setting("kafka.connections.max.idle.ms", int, 600000,
+            "A connection without a complete request or a response for this long is closed (Kafka's "
+            "connections.max.idle.ms); a request in flight is never idle.", at_least(1), "ms"),
+    Setting("kafka.sasl.enabled.mechanisms", list, ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"],
+            "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners.", subset_of(*SASL_MECHANISMS)),
+    Setting("kafka.sasl.users.file", str, "",
+            "File of SASL users, one name:password a line (a mounted Secret; re-read when it changes; never "
+            "logged). Needed by SASL_PLAINTEXT and SASL_SSL listeners.", None),
+    Setting("kafka.ssl.certificate.location", str, "",
+            "PEM file with the certificate chain of SSL and SASL_SSL listeners.", None),
+    Setting("kafka.ssl.key.location", str, "",
+            "PEM file with the private key of that certificate (may be the certificate's file).", None),
+    Setting("kafka.ssl.key.password.file", str, "", "File holding the private key's password, if it has one.",
+            None),
+    Setting("kafka.ssl.ca.location", str, "",
+            "PEM file of the CAs that sign client certificates (for kafka.ssl.client.auth).", None),
+    Setting("kafka.ssl.client.auth", str, "none",
+            "Client certificates: none, requested or required (Kafka's ssl.client.auth).",
+            one_of("none", "requested", "required")),
     Setting("offsets.topic.num.partitions", int, 1,
             "Partitions of __consumer_offsets when the listener creates it (Kafka: 50, to spread groups over "
             "brokers; one node needs one).", at_least(1)),
@@ -152,19 +209,65 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def parse_kafka_listener(text: str) -> tuple[str, str, int]:
+    """``[PROTOCOL://]host:port`` -> (security protocol, host, port), as Kafka's ``listeners``.
+
+    Secure default: an address without a protocol is PLAINTEXT and must be loopback (the pod's
+    own containers); anything reachable from elsewhere names its protocol, PLAINTEXT included,
+    so that an unauthenticated listener on the pod network is always a written-down choice."""
+    text = text.strip()
+    protocol, sep, rest = text.partition("://")
+    if not sep:
+        protocol, rest = "", text
+    protocol = protocol.upper()
+    if protocol and protocol not in SECURITY_PROTOCOLS:
+        raise ValueError(f"listener {text!r}: unknown security protocol {protocol!r} "
+                         f"(allowed: {', '.join(SECURITY_PROTOCOLS)})")
+    host, port = parse_listen_address(rest)
+    if not protocol:
+        if not is_loopback_host(host):
+            raise ValueError(f"listener {text!r} is not loopback: name its security protocol, e.g. "
+                             f"SASL_SSL://{rest} (or PLAINTEXT://{rest} to open it without authentication on purpose)")
+        protocol = "PLAINTEXT"
+    return protocol, host, port
+
+
 @dataclass(frozen=True)
 class SidecarSettings:
     listen: list[str]
     token_file: str
-    auth_reads: bool
     max_request_bytes: int
     fetch_max_bytes: int
     io_threads: int
     shutdown_timeout_ms: int
+    http_read_auth: str = "token"
+    http_metrics_auth: str = "token"
+    http_max_connections: int = 256
+    http_connections_max_idle_ms: int = 60000
+    http_body_timeout_ms: int = 30000
     kafka_listen: list[str] = field(default_factory=list)
     kafka_advertised_listeners: list[str] = field(default_factory=list)
     kafka_node_id: int = 0
-    kafka_max_request_bytes: int = 100 * MIB
+    kafka_socket_request_max_bytes: int = 100 * MIB
+    kafka_queued_max_request_bytes: int = 100 * MIB
+    kafka_max_connections: int = 128
+    kafka_connections_max_idle_ms: int = 600000
+    kafka_sasl_enabled_mechanisms: list[str] = field(default_factory=lambda: list(SASL_MECHANISMS))
+    kafka_sasl_users_file: str = ""
+    kafka_ssl_certificate_location: str = ""
+    kafka_ssl_key_location: str = ""
+    kafka_ssl_key_password_file: str = ""
+    kafka_ssl_ca_location: str = ""
+    kafka_ssl_client_auth: str = "none"
     offsets_topic_num_partitions: int = 1
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -176,7 +279,12 @@ class SidecarSettings:
 
     @property
     def kafka_addresses(self) -> list[tuple[str, int]]:
-        return [parse_listen_address(a) for a in self.kafka_listen]
+        return [(host, port) for _p, host, port in self.kafka_listeners]
+
+    @property
+    def kafka_listeners(self) -> list[tuple[str, str, int]]:
+        """(security protocol, host, port) of each kafka.listen entry."""
+        return [parse_kafka_listener(a) for a in self.kafka_listen]
 
 
 @dataclass(frozen=True)
@@ -310,6 +418,9 @@ def config_from_document(doc: Any, source: str, environ: Mapping[str, str]) -> S
         if key not in SECTIONS:
             raise InvalidConfigError(f"{source}: unknown section {key!r} (allowed: {', '.join(SECTIONS)})")
     sections = {name: _section(doc, name, source) for name in ("sidecar", "node", "cleaner")}
+    if "auth.reads" in sections["sidecar"]:  # the key of versions whose reads were open by default
+        raise InvalidConfigError(f"{source}: sidecar key 'auth.reads' is gone: reads need the token by default; "
+                                 f"set http.read.auth: none to open them on purpose")
     _check_keys("sidecar", sections["sidecar"], SIDECAR_SETTINGS.by_key, source)
     _check_keys("node", sections["node"], _NODE_KEYS, source)
     _check_keys("cleaner", sections["cleaner"], CLEANER_SETTINGS.by_key, source)
@@ -325,10 +436,30 @@ def config_from_document(doc: Any, source: str, environ: Mapping[str, str]) -> S
     if sidecar.kafka_advertised_listeners and len(sidecar.kafka_advertised_listeners) != len(sidecar.kafka_listen):
         raise InvalidConfigError(f"{source}: sidecar.kafka.advertised.listeners must name one address per "
                                  f"kafka.listen address ({len(sidecar.kafka_listen)}), or none")
+    _check_kafka_security(sidecar, source)
     if sidecar.group_min_session_timeout_ms > sidecar.group_max_session_timeout_ms:
         raise InvalidConfigError(f"{source}: sidecar.group.min.session.timeout.ms is above "
                                  f"group.max.session.timeout.ms")
     if not sidecar.token_file:
         raise InvalidConfigError(f"{source}: sidecar.token.file is not set (nor {env_name('token.file')}): "
-                                 f"mutating requests need a bearer token")
+                                 f"requests need a bearer token")
     return SidecarConfig(source, sidecar, manager, cleaner, _parse_topics(doc.get("topics"), source))
+
+
+def _check_kafka_security(sidecar: SidecarSettings, source: str) -> None:
+    """The Kafka listener's limits and security settings agree with its listeners."""
+    if sidecar.kafka_queued_max_request_bytes < sidecar.kafka_socket_request_max_bytes:
+        raise InvalidConfigError(f"{source}: sidecar.kafka.queued.max.request.bytes is below "
+                                 f"kafka.socket.request.max.bytes: the largest request could never be read")
+    protocols = {p for p, _h, _port in sidecar.kafka_listeners}
+    if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
+        if not sidecar.kafka_sasl_users_file:
+            raise InvalidConfigError(f"{source}: a SASL listener needs sidecar.kafka.sasl.users.file")
+        if not sidecar.kafka_sasl_enabled_mechanisms:
+            raise InvalidConfigError(f"{source}: a SASL listener needs sidecar.kafka.sasl.enabled.mechanisms")
+    if protocols & {"SSL", "SASL_SSL"} and not sidecar.kafka_ssl_certificate_location:
+        raise InvalidConfigError(f"{source}: an SSL listener needs sidecar.kafka.ssl.certificate.location "
+                                 f"(and kafka.ssl.key.location)")
+    if sidecar.kafka_ssl_client_auth != "none" and not sidecar.kafka_ssl_ca_location:
+        raise InvalidConfigError(f"{source}: sidecar.kafka.ssl.client.auth {sidecar.kafka_ssl_client_auth} needs "
+                                 f"kafka.ssl.ca.location")

@@ -3,7 +3,9 @@
 Each handler parses its parameters (params.py), runs the storage call in the thread pool
 (``_run``: a slow disk blocks a pool thread, never the event loop) and answers JSON, or raw
 batch bytes for ``application/vnd.kafka.batch``. Bodies are read whole, bounded by
-max.request.bytes; JSON produce bodies are parsed in the pool too.
+max.request.bytes and in time by http.body.timeout.ms (http_limits.read_body); JSON produce
+bodies are parsed in the pool too. Every path but /healthz, /readyz and /openapi.json needs the
+bearer token unless the config opens reads on purpose (middleware.py).
 
     GET    /healthz                                                   the process answers
     GET    /readyz                                                    recovery done, not stopping
@@ -40,6 +42,7 @@ from aiohttp import web
 from .auth import TokenFile
 from .config import SidecarSettings
 from .errors import ApiError
+from .http_limits import read_body
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
 from .middleware import auth_middleware, errors_middleware, json_response, metrics_middleware
@@ -85,11 +88,10 @@ class Api:
     def _status_or_none(self) -> dict[str, Any] | None:
         return build_status(self.sidecar) if self.sidecar.ready else None
 
-    @staticmethod
-    async def _small_body(request: web.Request) -> bytes:
-        if request.content_length is not None and request.content_length > MAX_SMALL_BODY_BYTES:
-            raise ApiError(413, "payload_too_large", f"this body may hold at most {MAX_SMALL_BODY_BYTES} bytes")
-        return await request.read()
+    async def _small_body(self, request: web.Request) -> bytes:
+        """The body of a topic or config change (JSON of a few fields)."""
+        return await read_body(request, MAX_SMALL_BODY_BYTES, self.settings.http_body_timeout_ms / 1000.0,
+                               "this endpoint's limit")
 
     # ------------------------------------------------------------------ health, spec, metrics, status
     async def healthz(self, _request: web.Request) -> web.Response:
@@ -158,7 +160,8 @@ class Api:
         if kind not in (JSON_CONTENT_TYPE, BATCH_CONTENT_TYPE):
             raise ApiError(415, "unsupported_media_type", f"Content-Type must be {JSON_CONTENT_TYPE} or "
                                                           f"{BATCH_CONTENT_TYPE}, got {request.content_type!r}")
-        raw = await request.read()
+        raw = await read_body(request, self.settings.max_request_bytes, self.settings.http_body_timeout_ms / 1000.0,
+                              "max.request.bytes")
         if not raw:
             raise ApiError(400, "bad_request", "the body is empty: send records")
         if kind == JSON_CONTENT_TYPE:
@@ -224,7 +227,7 @@ def build_app(api: Api) -> web.Application:
     app = web.Application(
         client_max_size=api.settings.max_request_bytes,
         middlewares=[metrics_middleware(api.metrics), errors_middleware(api.settings.max_request_bytes),
-                     auth_middleware(api.token, api.settings.auth_reads)])
+                     auth_middleware(api.token, api.settings.http_read_auth, api.settings.http_metrics_auth)])
     app[API_KEY] = api
     partition = "/v1/topics/{topic}/partitions/{partition}"
     r = app.router

@@ -3,8 +3,9 @@
 1. The config file is loaded (config.py; exit 2 with one line naming the file and key when it
    is wrong) and the token file read (exit 2 when unreadable or empty).
 2. The HTTP server listens at once (``listening on http://HOST:PORT`` is printed per address,
-   with the port taken when the config says 0): /healthz answers, /readyz and the data
-   endpoints answer 503 not_ready while
+   with the port taken when the config says 0), at most http.max.connections connections over
+   all of them (http_limits.py): /healthz answers, /readyz and the data endpoints answer 503
+   not_ready while
 3. the Sidecar starts in a thread of its own (service.py: locks, recovery, cleaner threads).
    Then, when ``kafka.listen`` names addresses, the Kafka listener loads the committed offsets
    and listens (``listening on kafka://HOST:PORT`` per address; protocol/listener.py).
@@ -41,6 +42,7 @@ from ..protocol.listener import KafkaListener
 from .auth import TokenFile
 from .config import SidecarConfig, load_config
 from .http_api import Api, build_app
+from .http_limits import ConnectionLimit, LimitedSite
 from .service import Sidecar
 
 log = logging.getLogger(__name__)
@@ -87,13 +89,16 @@ async def serve(config: SidecarConfig, token: TokenFile, out: TextIO) -> int:
     pool = ThreadPoolExecutor(settings.io_threads, thread_name_prefix="logkeeper-io")
     starter = ThreadPoolExecutor(1, thread_name_prefix="logkeeper-start")
     drain_s = settings.shutdown_timeout_ms / 4000.0
+    # keepalive_timeout: aiohttp closes a connection that has no request in progress after it,
+    # including one still sending its request line and headers (http_limits.py)
     runner = web.AppRunner(build_app(Api(sidecar, settings, token, pool)), access_log=None, handle_signals=False,
-                           shutdown_timeout=drain_s)
+                           shutdown_timeout=drain_s, keepalive_timeout=settings.http_connections_max_idle_ms / 1000.0)
     await runner.setup()
     kafka = KafkaListener(sidecar, settings, pool) if settings.kafka_listen else None
+    connections = ConnectionLimit(settings.http_max_connections)  # one bound over every listen address
     try:
         for host, port in settings.listen_addresses:
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
+            await LimitedSite(runner, host, port, connections).start()
     except OSError as e:
         await runner.cleanup()
         print(f"logkeeper sidecar: cannot listen on {', '.join(settings.listen)}: {e}", file=sys.stderr)

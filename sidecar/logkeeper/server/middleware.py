@@ -5,10 +5,18 @@
 - ``errors``: every failure becomes ``{"error": CODE, "detail": MESSAGE}`` with the status of
   server/errors.py; aiohttp's own (404 unknown path, 405 method, 413 body too large) included.
   An unexpected exception is logged with its traceback and answered 500 internal_error.
-- ``auth``: a request that mutates (any method but GET, HEAD and OPTIONS), or any request
-  under ``/v1/`` but ``/v1/status`` when ``auth.reads`` is set, needs ``Authorization: Bearer
-  <token>``: 401 without it or with a wrong one (before the body is read), 503 when the token file
-  cannot be read. Unknown paths are answered 404/405 first.
+  A request whose body was not read to its end (408 request_timeout, 400 client_disconnected)
+  has its connection closed after the answer.
+- ``auth``: every request needs ``Authorization: Bearer <token>`` but reads (GET, HEAD, OPTIONS)
+  of ``OPEN_PATHS``, of ``/metrics`` when ``http.metrics.auth`` is none, and of anything when
+  ``http.read.auth`` is none: 401 without it or with a wrong one (before the body is read), 503
+  when the token file cannot be read. Unknown paths are answered 404/405 first.
+
+Why these paths stay open: /healthz and /readyz are the kubelet's liveness, startup and
+readiness probes (an httpGet probe cannot carry a Secret's token) and say nothing but up/ready;
+/openapi.json describes the API, not its data. /v1/status (topics, sizes, directories) and
+/metrics (the same, per partition) need the token like the records: the operator reads status
+with the LogVolume's token, and nothing in the chart scrapes /metrics.
 """
 
 from __future__ import annotations
@@ -23,13 +31,15 @@ from aiohttp.typedefs import Middleware
 
 from .auth import TokenFile
 from .errors import ApiError, api_error_of
+from .http_limits import CLOSING_CODES
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-OPEN_READ_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/status"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+METRICS_PATH = "/metrics"
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                409: "conflict", 413: "payload_too_large", 415: "unsupported_media_type"}
@@ -44,6 +54,8 @@ def error_response(err: ApiError) -> web.Response:
     resp = json_response(err.body(), err.status)
     if err.status == 401:
         resp.headers["WWW-Authenticate"] = 'Bearer realm="logkeeper"'
+    if err.code in CLOSING_CODES:
+        resp.force_close()  # the rest of its body may still come: the connection cannot carry another request
     return resp
 
 
@@ -92,18 +104,36 @@ async def _answer_errors(request: web.Request, handler: Handler, max_request_byt
         return error_response(ApiError(e.status, code, detail))
     except Exception as e:
         err = api_error_of(e)
+        if err is None and isinstance(e, ConnectionError) and (request.transport is None
+                                                               or request.transport.is_closing()):
+            # the client went away (http_limits.read_body reports hang-ups mid-body itself): a
+            # 4xx in the metrics and one line in the log, no traceback
+            log.warning("%s %s: the client closed the connection: answered 400 (%s)", request.method,
+                        request.path, e)
+            err = ApiError(400, "client_disconnected", "the connection was closed before the answer")
         if err is None:
             log.exception("internal error answering %s %s", request.method, request.path)
             err = ApiError(500, "internal_error", f"{type(e).__name__}: {e}")
         return error_response(err)
 
 
-def auth_middleware(token: TokenFile, auth_reads: bool) -> Middleware:
+def needs_token(method: str, path: str, read_auth: str, metrics_auth: str) -> bool:
+    """Whether a request must carry the token (``read_auth``/``metrics_auth``: "token" or "none")."""
+    if method not in READ_METHODS:
+        return True
+    if path in OPEN_PATHS:
+        return False
+    if path == METRICS_PATH:
+        return metrics_auth != "none"
+    return read_auth != "none"
+
+
+def auth_middleware(token: TokenFile, read_auth: str, metrics_auth: str) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.match_info.http_exception is not None:
             return await handler(request)  # 404 / 405 first
-        needs = request.method not in READ_METHODS or (auth_reads and request.path not in OPEN_READ_PATHS)
+        needs = needs_token(request.method, request.path, read_auth, metrics_auth)
         if needs and not token.check(request.headers.get("Authorization")):
             if not token.usable:
                 raise ApiError(503, "token_unavailable", f"no request can be authorised: {token.error}")

@@ -42,6 +42,7 @@ _ERRORS = {
     400: "Malformed request: bad parameter, body, config value or record batch (detail says which)",
     401: "Missing or wrong bearer token",
     404: "Unknown topic or partition",
+    408: "The body did not arrive within http.body.timeout.ms (the connection is closed)",
     409: "Conflict: the topic exists, or the cleaning state does not allow this",
     413: "Body larger than max.request.bytes, or a batch larger than max.message.bytes",
     415: f"Content-Type neither {JSON} nor {BATCH}",
@@ -230,7 +231,9 @@ PARTITION = {"name": "partition", "in": "path", "required": True,
 
 
 def build_spec(settings: SidecarSettings) -> Schema:
-    read_secured = settings.auth_reads
+    # reads need the token unless the config opened them on purpose (middleware.needs_token)
+    read_secured = settings.http_read_auth != "none"
+    metrics_secured = settings.http_metrics_auth != "none"
     fetch_max = min(settings.fetch_max_bytes, INT32_MAX)
     offset_headers = {name: {"schema": {"type": "integer"}, "description": desc} for name, desc in (
         ("Logkeeper-Next-Offset", "The offset to fetch next"), ("Logkeeper-Log-Start-Offset", "Log start offset"),
@@ -244,15 +247,15 @@ def build_spec(settings: SidecarSettings) -> Schema:
                                      [])},
         "/metrics": {"get": _op("Prometheus metrics with Kafka's names (server/metrics.py)",
                                 {200: _response("Text exposition format 0.0.4", {"type": "string"}, "text/plain")},
-                                [])},
+                                [], secured=metrics_secured)},
         "/v1/status": {"get": _op("Log directories, partitions (sizes, offsets, dirty ratio, cleaning state, last "
                                   "round, uncleanable reason, backlog) and the cleaner's metrics",
-                                  {200: _response("Status", _ref("Status"))}, [503])},
+                                  {200: _response("Status", _ref("Status"))}, [503], secured=read_secured)},
         "/v1/topics": {
             "get": _op("Topics with their partitions and configs", {200: _response("Topics", _ref("TopicList"))},
                        [503], secured=read_secured),
             "post": _op("Create a topic with partitions 0..partitions-1 and config overrides",
-                        {201: _response("Created", _ref("Topic"))}, [400, 409, 413],
+                        {201: _response("Created", _ref("Topic"))}, [400, 408, 409, 413],
                         body=_json_body(_ref("TopicCreate")), secured=True),
         },
         "/v1/topics/{topic}": {
@@ -263,14 +266,16 @@ def build_spec(settings: SidecarSettings) -> Schema:
         },
         "/v1/topics/{topic}/configs": {
             "put": _op("Replace the topic's config overrides", {200: _response("Topic", _ref("Topic"))},
-                       [400, 404, 413], params=[TOPIC], body=_json_body(_ref("TopicConfigsUpdate")), secured=True),
+                       [400, 404, 408, 413], params=[TOPIC], body=_json_body(_ref("TopicConfigsUpdate")),
+                       secured=True),
         },
         "/v1/topics/{topic}/partitions": {
             "get": _op("The topic's partitions: sizes and offsets", {200: _response("Partitions",
                                                                                     _ref("PartitionList"))},
                        [400, 404, 503], params=[TOPIC], secured=read_secured),
             "post": _op("Grow the topic to count partitions", {200: _response("Topic", _ref("Topic"))},
-                        [400, 404, 413], params=[TOPIC], body=_json_body(_ref("PartitionsGrow")), secured=True),
+                        [400, 404, 408, 413], params=[TOPIC], body=_json_body(_ref("PartitionsGrow")),
+                        secured=True),
         },
         "/v1/topics/{topic}/partitions/{partition}": {
             "delete": _op("Delete one partition", {204: _response("Deleted")}, [400, 404], params=tp, secured=True),
@@ -285,7 +290,7 @@ def build_spec(settings: SidecarSettings) -> Schema:
                 "Produce records: a JSON body, or record batch bytes (magic 2, base offset 0) as a Kafka producer "
                 "sends them; they are validated whole and appended at once, or not at all",
                 {200: _response("Appended: the offsets the records got", _ref("ProduceResponse"))},
-                [400, 404, 413, 415],
+                [400, 404, 408, 413, 415],
                 params=[*tp, {"name": "flush", "in": "query", "required": False,
                               "schema": {"type": "boolean", "default": False},
                               "description": "fsync the partition before answering (the records survive a crash)"}],

@@ -1,0 +1,173 @@
+"""Bounds on what HTTP clients can make the sidecar hold: connections, idle time, body reads.
+
+- ``LimitedSite``: a TCP site whose connections are counted; past ``http.max.connections`` a new
+  connection is answered ``503 too_many_connections`` and closed before aiohttp sees it, so a
+  connection flood costs a socket and a few hundred bytes each, not a request handler with its
+  buffers (Kafka's max.connections, which stops accepting instead: HTTP clients get a reason).
+- idle connections (and connections still sending their request line and headers, the slowloris
+  case) are closed by aiohttp's keep-alive timer, set from ``http.connections.max.idle.ms``
+  (main.py passes it to the runner);
+- ``read_body``: a request body read whole, bounded in size (413) and in time
+  (``http.body.timeout.ms``: 408, and the connection is closed); a client that hangs up
+  mid-body gets one log line and a 400 ``client_disconnected`` (which it will not read), never
+  a 500 with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from .errors import ApiError
+
+log = logging.getLogger(__name__)
+
+# An HTTP answer written straight to the socket of a connection over the limit (no parser, no
+# handler: the request is never read).
+_REFUSED_BODY = (b'{"error":"too_many_connections","detail":"the sidecar has http.max.connections '
+                 b'connections open; retry later"}')
+REFUSED_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+                    + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY)
+REFUSAL_LOG_INTERVAL_S = 10.0  # a flood is logged once per interval, with the count, not once per connection
+
+# the codes whose connection is closed after the answer: its request body was not read to the end
+CLOSING_CODES = frozenset({"request_timeout", "client_disconnected"})
+
+
+class ConnectionLimit:
+    """How many connections are open; ``refused`` counts the ones turned away since start."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def note_refusal(self) -> None:
+        self.refused += 1
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("HTTP: %d connection(s) refused with 503: %d open, http.max.connections is %d",
+                        self._unlogged, self.open, self.limit)
+            self._unlogged, self._logged_at = 0, now
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(REFUSED_RESPONSE)
+        transport.close()  # after the buffered answer is written; whatever the client sends is dropped
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, wrapped so that its end releases its slot.
+
+    Only forwards what a transport calls on its protocol; aiohttp keeps using the transport it
+    is given in ``connection_made``.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, limit: ConnectionLimit) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.limit.open -= 1
+        self.inner.connection_lost(exc)
+
+
+class LimitedSite(web.BaseSite):
+    """``web.TCPSite`` with a bound on open connections (counted when accepted: exact, even when
+    many connections are accepted in one turn of the loop)."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, limit: ConnectionLimit,
+                 backlog: int = 128) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._host = host
+        self._port = port
+        self.limit = limit
+
+    @property
+    def name(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self._port}"
+
+    def _factory(self) -> Callable[[], asyncio.Protocol]:
+        server = self._runner.server
+        assert server is not None
+        limit = self.limit
+
+        def make() -> asyncio.Protocol:
+            if limit.open >= limit.limit:
+                limit.note_refusal()
+                return _Refused()
+            limit.open += 1
+            return _Counted(server(), limit)
+        return make
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._factory(), self._host, self._port, backlog=self._backlog,
+                                                reuse_address=True)
+
+
+async def read_body(request: web.Request, max_bytes: int, timeout_s: float, setting: str) -> bytes:
+    """The whole body, at most ``max_bytes`` (413 beyond, named by ``setting``), within
+    ``timeout_s`` (408). A hang-up mid-body is a 400 ``client_disconnected`` with one log line."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise ApiError(413, "payload_too_large", f"the request body is larger than {setting} ({max_bytes} bytes)")
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                got += len(chunk)
+                if got > max_bytes:
+                    raise ApiError(413, "payload_too_large",
+                                   f"the request body is larger than {setting} ({max_bytes} bytes)")
+                chunks.append(chunk)
+    except TimeoutError:
+        log.warning("%s %s: the body did not arrive within http.body.timeout.ms (%d of %s bytes in %.1f s): "
+                    "answered 408, connection closed", request.method, request.path, got, _of(declared), timeout_s)
+        raise ApiError(408, "request_timeout", f"the request body did not arrive within http.body.timeout.ms "
+                                               f"({round(timeout_s * 1000)} ms)") from None
+    except ConnectionError:
+        log.warning("%s %s: the client hung up after %d of %s body bytes: answered 400 (nothing was done)",
+                    request.method, request.path, got, _of(declared))
+        raise ApiError(400, "client_disconnected", "the connection was closed before the body was complete") \
+            from None
+    except HttpProcessingError as e:  # a malformed chunked encoding, a body shorter than its length
+        raise ApiError(400, "bad_request", f"the request body is malformed: {e.message or e}") from None
+    return b"".join(chunks)
+
+
+def _of(declared: Any) -> str:
+    return str(declared) if declared is not None else "?"
