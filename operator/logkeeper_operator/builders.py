@@ -2,11 +2,13 @@
 
 A LogVolume ``lv`` owns (ownerReferences, so deleting it deletes them):
 
-    Secret       lv-token    the bearer token of the sidecar's mutating API (made once, kept)
-    ConfigMap    lv-config   config.yaml, rendered by render.py
-    Service      lv          headless, port http -> the sidecar (stable DNS lv-0.lv.<ns>.svc)
-    PVC          lv-<id>     one per volume with a size; owned only when deleteClaim is true
-    StatefulSet  lv          one pod: the sidecar + the spec's application containers
+    Secret         lv-token    the sidecar's bearer token (tokens.py: derived, made once, never read)
+    ConfigMap      lv-config   config.yaml, rendered by render.py
+    Service        lv          headless, port http -> the sidecar (stable DNS lv-0.lv.<ns>.svc)
+    PVC            lv-<id>     one per volume with a size; owned only when deleteClaim is true
+    StatefulSet    lv          one pod: the sidecar + the spec's application containers
+    NetworkPolicy  lv          the sidecar's ports admit only the operator and pods labelled
+                               logkeeper.io/client=true of the namespace (network_policy)
 
 A CompactionJob owns one batch/v1 Job per attempt (``<cj>-a<n>``): ``logkeeper spark-compact`` on
 the partition's volume (local Spark in the Job's pod, next to the LogVolume's pod; or Spark on
@@ -20,6 +22,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from logkeeper.server.config import parse_listen_address
+
 from .names import (
     ANNOTATION_RESTART_HASH,
     API_VERSION,
@@ -27,8 +31,10 @@ from .names import (
     CONFIG_DIR,
     CONFIG_FILE,
     DATA_ROOT,
+    LABEL_CLIENT,
     LABEL_COMPACTIONJOB,
     LOGVOLUME,
+    OPERATOR_POD_LABELS,
     SIDECAR_CONTAINER,
     SPARK_CONTAINER,
     TOKEN_DIR,
@@ -37,6 +43,7 @@ from .names import (
     claim_name,
     configmap_name,
     labels,
+    network_policy_name,
     pod_name,
     secret_name,
     selector,
@@ -74,7 +81,7 @@ def container_security_context() -> Obj:
 
 
 def secret(lv: str, namespace: str, owner: Obj, token: str) -> Obj:
-    """The token Secret (``token`` comes from the caller: random, made once)."""
+    """The token Secret (``token`` comes from the caller: tokens.derive_token)."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(secret_name(lv), namespace, lv, "token", owner),
             "stringData": {TOKEN_KEY: token}}
@@ -92,6 +99,64 @@ def service(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec) -> Obj:
             "spec": {"clusterIP": "None", "selector": selector(lv), "publishNotReadyAddresses": False,
                      "ports": [{"name": "http", "port": spec.sidecar.port, "targetPort": "http",
                                 "protocol": "TCP"}]}}
+
+
+def sidecar_ports(spec: LogVolumeSpec) -> list[int]:
+    """The ports the sidecar listens on in the pod: its HTTP port and its Kafka listeners'."""
+    ports = {spec.sidecar.port}
+    for address in spec.sidecar.settings.get("kafka.listen") or []:
+        text = str(address)
+        port = parse_listen_address(text.partition("://")[2] or text)[1]  # [PROTOCOL://]host:port
+        if port:
+            ports.add(port)
+    return sorted(ports)
+
+
+def _other_ports(guarded: list[int]) -> list[Obj]:
+    """Every port but ``guarded``: TCP as ranges around them (endPort), UDP and SCTP whole."""
+    out: list[Obj] = []
+    low = 1
+    for port in [*guarded, 65536]:
+        if port > low:
+            rng: Obj = {"protocol": "TCP", "port": low}
+            if port - 1 > low:
+                rng["endPort"] = port - 1
+            out.append(rng)
+        low = port + 1
+    return [*out, {"protocol": "UDP"}, {"protocol": "SCTP"}]
+
+
+def network_policy(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec, operator_namespace: str | None) -> Obj:
+    """Who may reach the sidecar over the pod network: the operator (it reads /v1/status and
+    applies topic changes) and the namespace's pods labelled ``logkeeper.io/client: "true"``.
+
+    - Only the sidecar's ports are guarded: the policy selects the whole pod, so a second rule
+      admits everything else, TCP around those ports and all UDP/SCTP; the application
+      containers of the pod keep whatever traffic they had.
+    - Applications in the pod reach the sidecar on 127.0.0.1, which no policy filters; kubelet
+      probes come from the node, which NetworkPolicies always admit.
+    - ``operator_namespace``: where the operator runs (None when unknown, e.g. run outside the
+      cluster: its labels are then admitted from any namespace).
+    - More clients (another namespace, a Prometheus): label their pods, or add a NetworkPolicy of
+      your own selecting this pod; policies add up.
+    Owned by the LogVolume: deleted with it."""
+    guarded = sidecar_ports(spec)
+    operator: Obj = {"podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}
+    operator["namespaceSelector"] = (
+        {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}} if operator_namespace else {})
+    clients: Obj = {"podSelector": {"matchLabels": {LABEL_CLIENT: "true"}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _meta(network_policy_name(lv), namespace, lv, "sidecar", owner),
+        "spec": {
+            "podSelector": {"matchLabels": selector(lv)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [operator, clients], "ports": [{"protocol": "TCP", "port": p} for p in guarded]},
+                {"ports": _other_ports(guarded)},
+            ],
+        },
+    }
 
 
 def claim_for(lv: str, volume: VolumeSpec) -> str:
@@ -116,6 +181,16 @@ def pvcs(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec) -> list[Obj]:
     return out
 
 
+def listen_env(port: int) -> list[Obj]:
+    """Where the sidecar listens: loopback (the pod's applications) and the pod's own IP (the
+    operator, labelled clients and the kubelet's probes), not every address of the pod (0.0.0.0
+    would include any other interface a CNI adds). The pod IP is known only in the pod: the
+    environment (LOGKEEPER_LISTEN wins over the file's listen), with Kubernetes' $(VAR)
+    expansion; brackets work for an IPv4 address as for IPv6 (config.parse_listen_address)."""
+    return [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "LOGKEEPER_LISTEN", "value": f"127.0.0.1:{port},[$(POD_IP)]:{port}"}]
+
+
 def _sidecar_container(spec: LogVolumeSpec) -> Obj:
     sc = spec.sidecar
     mounts: list[Obj] = [{"name": volume_name(v.id), "mountPath": f"{DATA_ROOT}/{v.id}"} for v in spec.volumes]
@@ -130,7 +205,7 @@ def _sidecar_container(spec: LogVolumeSpec) -> Obj:
         "args": ["sidecar", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
         "ports": [{"name": "http", "containerPort": sc.port, "protocol": "TCP"}],
         "env": [{"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"}, {"name": "HOME", "value": "/tmp"},
-                *copy.deepcopy(sc.env)],
+                *listen_env(sc.port), *copy.deepcopy(sc.env)],
         "volumeMounts": mounts,
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5,
                            "failureThreshold": 3},

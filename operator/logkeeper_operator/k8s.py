@@ -3,7 +3,9 @@
 - ``apply(obj)``: server-side apply (fieldManager logkeeper-operator, force) - create-or-patch in
   one call, safe to repeat, and it leaves fields other managers own (a user's annotations, the
   controllers' status) alone.
-- ``create_if_absent(obj)``: for what must be made once and never overwritten (the token Secret).
+- ``create_if_absent(obj)``: for what must be made once and never overwritten (the namespace's
+  token key); ``create(obj)``: the same without reading it first (the token Secrets, which the
+  operator's RBAC lets it create but not read).
 - ``get``, ``list``, ``delete``, ``patch_status`` (merge patch of the status subresource).
 
 Errors: ApiError carries the HTTP status and the API server's message; ``is_transient`` tells
@@ -30,6 +32,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "Secret": ("secrets", True), "ConfigMap": ("configmaps", True), "Service": ("services", True),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True), "Pod": ("pods", True),
     "StatefulSet": ("statefulsets", True), "Job": ("jobs", True), "Event": ("events", True),
+    "NetworkPolicy": ("networkpolicies", True),
     **{kind: (plural, True) for kind, plural in PLURALS.items()},
 }
 
@@ -118,6 +121,19 @@ class Kube:
                 got = self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
                 if got is not None:
                     return got, False
+            raise
+
+    def create(self, obj: Mapping[str, Any]) -> bool:
+        """Create ``obj``; False when it exists already (left as it is, and not read: for the
+        token Secrets, which the operator may create but not get)."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        try:
+            self._call("POST", path, {"fieldManager": FIELD_MANAGER}, obj)
+            return True
+        except ApiError as e:
+            if e.status == 409:
+                return False
             raise
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj | None:

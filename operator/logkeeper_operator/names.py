@@ -24,6 +24,11 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_LOGVOLUME = "logkeeper.io/logvolume"
 LABEL_COMPACTIONJOB = "logkeeper.io/compactionjob"
+# Pods with this label (value "true") in a LogVolume's namespace may reach its sidecar's ports
+# (the LogVolume's NetworkPolicy, builders.network_policy); nothing else may but the operator.
+LABEL_CLIENT = "logkeeper.io/client"
+# The operator's pod as the NetworkPolicies admit it (the chart's selector less the release name).
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "logkeeper", "app.kubernetes.io/component": "operator"}
 
 # Pod template annotation: hash of everything the sidecar reads only at start; a change rolls the pod.
 ANNOTATION_RESTART_HASH = "logkeeper.io/restart-hash"
@@ -34,6 +39,10 @@ CONFIG_DIR = "/etc/logkeeper"
 CONFIG_FILE = "config.yaml"
 TOKEN_DIR = "/var/run/secrets/logkeeper"
 TOKEN_KEY = "token"
+# The Secret (one per namespace) holding the key the LogVolumes' tokens are derived from
+# (tokens.py); the chart's RBAC names it: `get` on secrets is limited to this resourceName.
+KEY_SECRET = "logkeeper-operator-key"
+TOKEN_KEY_FIELD = "key"
 DATA_ROOT = "/data"
 LOG_SUBDIR = "log"          # the log dir is /data/<volume id>/log (the mount root may hold lost+found)
 SIDECAR_CONTAINER = "sidecar"
@@ -69,6 +78,10 @@ def secret_name(lv: str) -> str:
 
 
 def service_name(lv: str) -> str:
+    return lv
+
+
+def network_policy_name(lv: str) -> str:
     return lv
 
 

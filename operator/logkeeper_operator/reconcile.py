@@ -11,30 +11,27 @@ Errors it raises, and what the handlers make of them:
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import builders
+from . import builders, tokens
 from .compaction import FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, HandOff, JobState, Step, next_step
 from .k8s import Kube
 from .names import (
     API_VERSION,
     CLEANERPOLICY,
     COMPACTIONJOB,
+    KEY_SECRET,
     LABEL_LOGVOLUME,
     LOGVOLUME,
-    TOKEN_KEY,
     batch_job_name,
     compaction_job_name,
     pod_name,
-    secret_name,
 )
 from .render import render_config, restart_hash, topic_actions
 from .sidecar_client import SidecarClient, SidecarError
@@ -98,13 +95,32 @@ def apply_logvolume(kube: Kube, body: Mapping[str, Any], old_spec: Mapping[str, 
     cleaner = resolve_cleaner(kube, namespace, spec)
     text = render_config(spec, cleaner)
     owner = builders.owner_reference(LOGVOLUME, name, uid)
-    kube.create_if_absent(builders.secret(name, namespace, owner, secrets.token_urlsafe(32)))
+    # create only: an existing token Secret is kept as it is (the operator may not read it)
+    kube.create(builders.secret(name, namespace, owner, token_of(kube, namespace, name)))
     kube.apply(builders.configmap(name, namespace, owner, text))
     kube.apply(builders.service(name, namespace, owner, spec))
+    kube.apply(builders.network_policy(name, namespace, owner, spec, operator_namespace()))
     for claim in builders.pvcs(name, namespace, owner, spec):
         kube.apply(claim)
     kube.apply(builders.statefulset(name, namespace, owner, spec, restart_hash(spec, cleaner)))
     return spec
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def operator_namespace() -> str | None:
+    """The operator's namespace, for the NetworkPolicies to admit its pod: the chart sets
+    LOGKEEPER_OPERATOR_NAMESPACE (downward API); in a pod without it, the service account's
+    namespace; None when run outside the cluster (make e2e)."""
+    ns = os.environ.get("LOGKEEPER_OPERATOR_NAMESPACE", "").strip()
+    if ns:
+        return ns
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def reconciling_status(body: Mapping[str, Any], now: str) -> tuple[dict[str, Any], list[Event]]:
@@ -134,10 +150,14 @@ def pod_state(pod: Mapping[str, Any] | None) -> PodState:
     return PodState(True, st.get("phase"), ready, st.get("podIP"), st.get("message"))
 
 
-def token_of(kube: Kube, namespace: str, lv: str) -> str | None:
-    sec = kube.get("v1", "Secret", namespace, secret_name(lv))
-    raw = ((sec or {}).get("data") or {}).get(TOKEN_KEY)
-    return base64.b64decode(raw).decode() if raw else None
+def token_of(kube: Kube, namespace: str, lv: str) -> str:
+    """The LogVolume's token, derived from the namespace's key (made on first use; tokens.py)."""
+    secret, _created = kube.create_if_absent(tokens.key_secret(namespace))
+    try:
+        key = tokens.key_of(secret)
+    except ValueError as e:
+        raise SpecError(f"Secret {KEY_SECRET}", str(e)) from None
+    return tokens.derive_token(key, namespace, lv)
 
 
 def sidecar_for(kube: Kube, namespace: str, lv: str, spec: LogVolumeSpec, pod: PodState) -> SidecarClient | None:

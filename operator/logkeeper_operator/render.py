@@ -1,6 +1,8 @@
 """The sidecar's config file, rendered from a LogVolume spec (format: logkeeper/server/config.py).
 
-    sidecar:  listen [0.0.0.0:<port>], token.file <TOKEN_DIR>/token, + spec.sidecar.settings
+    sidecar:  listen [127.0.0.1:<port>] (the pod adds its own IP through LOGKEEPER_LISTEN:
+              builders.listen_env), token.file <TOKEN_DIR>/token, + spec.sidecar.settings
+              (reads need the token unless they set http.read.auth: none)
     node:     log.dirs [/data/<volume id>/log, ...] + spec.node (broker keys)
     cleaner:  the CleanerPolicy's keys, or spec.cleaner; with spec.spark.autoSubmit the operator
               owns log.cleaner.offload.{enable,runner,spark.master,timeout.ms}: the sidecar hands
@@ -54,7 +56,7 @@ def config_document(spec: LogVolumeSpec, cleaner: dict[str, Any]) -> dict[str, A
     """The config as a mapping (``cleaner``: the resolved keys, from the policy or inline)."""
     cleaner = {**cleaner, **offload_keys(spec)}
     return {
-        "sidecar": {"listen": [f"0.0.0.0:{spec.sidecar.port}"], "token.file": f"{TOKEN_DIR}/{TOKEN_KEY}",
+        "sidecar": {"listen": [f"127.0.0.1:{spec.sidecar.port}"], "token.file": f"{TOKEN_DIR}/{TOKEN_KEY}",
                     **{k: _plain(v) for k, v in sorted(spec.sidecar.settings.items())}},
         "node": {"log.dirs": [log_dir(v.id) for v in spec.volumes],
                  **{k: _plain(v) for k, v in sorted(spec.node.items())}},

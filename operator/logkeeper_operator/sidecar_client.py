@@ -1,8 +1,9 @@
 """HTTP calls from the operator to a sidecar (API: logkeeper/server/http_api.py).
 
-Reads (``/v1/status``, ``/v1/topics``) need no token; changes carry the LogVolume's bearer token
-(its Secret). Every call is bounded by TIMEOUT_S; a failure raises SidecarError with the HTTP
-status (0 when the sidecar did not answer).
+Every call carries the LogVolume's bearer token (tokens.py): the sidecar answers reads too
+(``/v1/status``, ``/v1/topics``) only with it, unless its config opened them. Every call is
+bounded by TIMEOUT_S; a failure raises SidecarError with the HTTP status (0 when the sidecar did
+not answer); a 401 says how to repair a token Secret that holds another token.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SidecarClient:
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        if self.token and method != "GET":
+        if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
@@ -43,9 +44,16 @@ class SidecarClient:
         except urllib.error.HTTPError as e:
             text = e.read()[:1000].decode(errors="replace")
             try:
-                detail = json.loads(text).get("error", {}).get("message") or text
+                doc = json.loads(text)
+                detail = str(doc.get("detail") or doc.get("error") or text)
             except (ValueError, AttributeError):
                 detail = text
+            if e.code == 401:
+                # the token Secret holds another token than the operator's (made by an earlier
+                # operator, or by hand, or before the key was rotated): the operator cannot read
+                # or overwrite it (RBAC), so say how to have it made again
+                detail += (" (the LogVolume's token Secret <name>-token does not hold the operator's token: delete "
+                           "it and the operator makes it again; the sidecar reloads it without a restart)")
             raise SidecarError(e.code, detail) from None
         except (OSError, TimeoutError) as e:
             raise SidecarError(0, str(getattr(e, "reason", e))) from None

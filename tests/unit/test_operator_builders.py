@@ -49,17 +49,53 @@ def test_statefulset() -> None:
     assert claims["data-d2"] == "mine" and claims["data-d0"] == "orders-d0"
     env = {e["name"]: e["value"] for e in app["env"]}
     assert env["LOGKEEPER_URL"] == "http://127.0.0.1:9000" and env["X"] == "1"
+    # the sidecar listens on loopback and on the pod's IP, not on 0.0.0.0; POD_IP comes first:
+    # Kubernetes expands $(POD_IP) only from variables defined before
+    names = [e["name"] for e in sidecar["env"]]
+    assert names.index("POD_IP") < names.index("LOGKEEPER_LISTEN")
+    side_env = {e["name"]: e for e in sidecar["env"]}
+    assert side_env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert side_env["LOGKEEPER_LISTEN"]["value"] == "127.0.0.1:9000,[$(POD_IP)]:9000"
     assert {"name": "token", "mountPath": "/var/run/secrets/logkeeper", "readOnly": True} in app["volumeMounts"]
 
 
 def test_children_carry_owner_and_labels() -> None:
     spec = lv()
     for obj in (builders.configmap("orders", "ns", OWNER, "x: 1"), builders.service("orders", "ns", OWNER, spec),
-                builders.secret("orders", "ns", OWNER, "tok")):
+                builders.secret("orders", "ns", OWNER, "tok"),
+                builders.network_policy("orders", "ns", OWNER, spec, "op")):
         assert obj["metadata"]["ownerReferences"] == [OWNER]
         assert obj["metadata"]["labels"]["logkeeper.io/logvolume"] == "orders"
     svc = builders.service("orders", "ns", OWNER, spec)
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["port"] == 9000
+
+
+def test_network_policy_admits_the_operator_and_labelled_clients_to_the_sidecar_only() -> None:
+    spec = lv(sidecar={"port": 9000, "settings": {"kafka.listen": ["PLAINTEXT://0.0.0.0:9092", "127.0.0.1:0"]}})
+    np = builders.network_policy("orders", "ns", OWNER, spec, "logkeeper-system")
+    assert np["apiVersion"] == "networking.k8s.io/v1" and np["kind"] == "NetworkPolicy"
+    assert np["metadata"]["name"] == "orders" and np["metadata"]["namespace"] == "ns"
+    assert np["metadata"]["ownerReferences"] == [OWNER]  # garbage-collected with the LogVolume
+    ss = builders.statefulset("orders", "ns", OWNER, spec, "h")
+    assert np["spec"]["podSelector"]["matchLabels"] == ss["spec"]["selector"]["matchLabels"]
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    sidecar_rule, others = np["spec"]["ingress"]
+    assert sidecar_rule["ports"] == [{"protocol": "TCP", "port": 9000}, {"protocol": "TCP", "port": 9092}]
+    operator, clients = sidecar_rule["from"]
+    assert operator == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "logkeeper",
+                                                        "app.kubernetes.io/component": "operator"}},
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "logkeeper-system"}}}
+    assert clients == {"podSelector": {"matchLabels": {"logkeeper.io/client": "true"}}}  # this namespace only
+    # every other port stays open (the application containers' own traffic), the sidecar's do not
+    assert "from" not in others
+    assert others["ports"] == [{"protocol": "TCP", "port": 1, "endPort": 8999},
+                               {"protocol": "TCP", "port": 9001, "endPort": 9091},
+                               {"protocol": "TCP", "port": 9093, "endPort": 65535},
+                               {"protocol": "UDP"}, {"protocol": "SCTP"}]
+    anywhere = builders.network_policy("orders", "ns", OWNER, lv(), None)["spec"]["ingress"][0]["from"][0]
+    assert anywhere["namespaceSelector"] == {}  # operator run outside the cluster: its labels, any namespace
+    edge = builders.network_policy("orders", "ns", OWNER, lv(sidecar={"port": 65535}), "op")
+    assert edge["spec"]["ingress"][1]["ports"][:1] == [{"protocol": "TCP", "port": 1, "endPort": 65534}]
 
 
 ARGS = ["spark-compact", "--log-dir", "/data/d0/log", "--partition", "t-1", "--staging",

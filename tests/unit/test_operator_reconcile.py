@@ -11,6 +11,7 @@ import pytest
 
 from logkeeper_operator import reconcile
 from logkeeper_operator.k8s import ApiError
+from logkeeper_operator.names import KEY_SECRET
 from logkeeper_operator.spec import SpecError
 
 
@@ -31,14 +32,20 @@ class FakeKube:
     def create_if_absent(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
         if key in self.objects:
-            return self.objects[key], False
+            return self.get(obj["apiVersion"], obj["kind"], key[1], key[2]), False  # type: ignore[return-value]
         stored = copy.deepcopy(obj)
-        if obj["kind"] == "Secret":
-            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in obj["stringData"].items()}
+        if obj["kind"] == "Secret" and "stringData" in obj:
+            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in stored.pop("stringData").items()}
         self.objects[key] = stored
         return stored, True
 
+    def create(self, obj: dict[str, Any]) -> bool:  # a POST: an existing object is a 409, not read
+        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        return key not in self.objects and self.create_if_absent(obj)[1]
+
     def get(self, api_version: str, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        # the chart's RBAC: the one Secret the operator may read is the namespace's token key
+        assert kind != "Secret" or name == KEY_SECRET, f"the operator read Secret {name}"
         return self.objects.get(self._key(kind, ns, name))
 
     def list(self, api_version: str, kind: str, ns: str | None, label_selector: str | None = None) -> list[Any]:
@@ -74,11 +81,46 @@ def test_apply_is_repeatable_and_keeps_the_token() -> None:
     kube = FakeKube()
     reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
     token = kube.objects[("Secret", "ns", "orders-token")]["data"]["token"]
+    key = kube.objects[("Secret", "ns", KEY_SECRET)]["data"]["key"]
     kinds = sorted(k for k, _, _ in kube.objects)
-    assert kinds == ["ConfigMap", "PersistentVolumeClaim", "Secret", "Service", "StatefulSet"]
+    assert kinds == ["ConfigMap", "NetworkPolicy", "PersistentVolumeClaim", "Secret", "Secret", "Service",
+                     "StatefulSet"]
     reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
     assert kube.objects[("Secret", "ns", "orders-token")]["data"]["token"] == token
+    assert kube.objects[("Secret", "ns", KEY_SECRET)]["data"]["key"] == key
     assert sorted(k for k, _, _ in kube.objects) == kinds
+
+
+def test_tokens_are_derived_per_volume_from_the_namespace_key_never_read_back() -> None:
+    kube = FakeKube()
+    reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
+    other = lv_body()
+    other["metadata"] = {**other["metadata"], "name": "billing", "uid": "u2"}
+    reconcile.apply_logvolume(kube, other)  # type: ignore[arg-type]
+    secret = kube.objects[("Secret", "ns", "orders-token")]
+    stored = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(stored) >= 40 and secret["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    # what the operator sends the sidecar is what the Secret holds, computed (FakeKube.get refuses
+    # to read a token Secret, as the chart's RBAC does)
+    assert reconcile.token_of(kube, "ns", "orders") == stored  # type: ignore[arg-type]
+    assert base64.b64decode(kube.objects[("Secret", "ns", "billing-token")]["data"]["token"]).decode() != stored
+    key = kube.objects[("Secret", "ns", KEY_SECRET)]
+    assert "ownerReferences" not in key["metadata"]  # shared by the namespace's LogVolumes
+    # another namespace has its own key, so its tokens differ for the same name
+    assert reconcile.token_of(kube, "ns2", "orders") != stored  # type: ignore[arg-type]
+
+
+def test_apply_makes_the_network_policy_owned_by_the_logvolume(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGKEEPER_OPERATOR_NAMESPACE", "logkeeper-system")
+    kube = FakeKube()
+    reconcile.apply_logvolume(kube, lv_body())  # type: ignore[arg-type]
+    np = kube.objects[("NetworkPolicy", "ns", "orders")]
+    assert np["metadata"]["ownerReferences"][0] == {**np["metadata"]["ownerReferences"][0], "kind": "LogVolume",
+                                                    "uid": "u1", "controller": True}
+    ss = kube.objects[("StatefulSet", "ns", "orders")]
+    assert np["spec"]["podSelector"]["matchLabels"] == ss["spec"]["selector"]["matchLabels"]
+    operator = np["spec"]["ingress"][0]["from"][0]
+    assert operator["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "logkeeper-system"}
 
 
 def test_cleaner_policy_is_resolved_or_missing() -> None:

@@ -24,12 +24,16 @@ def test_rendered_config_is_loaded_by_the_sidecar() -> None:
     text = render_config(lv, {"log.cleaner.threads": 2})
     doc = yaml.safe_load(text)
     assert doc["node"]["log.dirs"] == ["/data/a/log", "/data/b/log"]
-    assert doc["sidecar"]["listen"] == ["0.0.0.0:9000"]
+    assert doc["sidecar"]["listen"] == ["127.0.0.1:9000"]  # the pod adds its IP (builders.listen_env)
     assert doc["sidecar"]["token.file"] == "/var/run/secrets/logkeeper/token"
     cfg = config_from_document(doc, "x", {})
     assert cfg.cleaner.log_cleaner_threads == 2 and cfg.sidecar.io_threads == 4
     assert cfg.topics["t"].partitions == 2 and cfg.topics["t"].configs["segment.bytes"] == 1048576
     assert cfg.manager.log_retention_check_interval_ms == 1000
+    assert cfg.sidecar.http_read_auth == "token"  # reads need the token unless the spec opens them
+    opened = config_from_document(yaml.safe_load(render_config(parse_logvolume(
+        spec(sidecar={"settings": {"http.read.auth": "none"}})), {})), "x", {})
+    assert opened.sidecar.http_read_auth == "none"
 
 
 def test_restart_hash_ignores_topics_only() -> None:
