@@ -41,7 +41,7 @@ from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
 from .producer_state import ProducerStateManager, control_type_of, last_sequence, rebuild_producer_state
-from .replace import CrashHook, replace_segments
+from .replace import CrashHook, fsync_dir, replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
 from .validator import ValidatedBatch, ValidatedRequest, check_plain_batch, validate_request
@@ -96,6 +96,14 @@ class Log:
         self.producer_state = ProducerStateManager()
         self._pending_deletes: list[tuple[int, list[LogSegment]]] = []
         self.closed = False
+        # Entries of the partition directory (segment files created, renamed, deleted) are only
+        # durable once the directory itself is fsynced: a segment whose data was fsynced but
+        # whose name was not comes back from a power cut as nothing. The loader may have
+        # created the first segment, deleted segments after a cut or renamed swaps; the first
+        # flush fsyncs the directory (see ``flush``), and a load that changed files does now.
+        self._dir_dirty = True
+        if self.load_report.changed:
+            self._sync_dir()
         self._rebuild_producer_state()
 
     # ------------------------------------------------------------------ helpers
@@ -108,6 +116,12 @@ class Log:
 
             self._rng = random.Random()
         return self._rng.randrange(max_jitter)
+
+    def _sync_dir(self) -> None:
+        """fsync the partition directory: every create, rename and delete in it so far is
+        durable (Kafka's Utils.flushDir after a roll, a rename and a delete)."""
+        fsync_dir(self.dir)
+        self._dir_dirty = False
 
     def _first_base_offset(self) -> int:
         first = self.segments.first
@@ -300,9 +314,19 @@ class Log:
                     log.warning("deleting stale %s before rolling %s", stale, self.name)
                     stale.unlink()
             active.on_become_inactive()
+            if self.recovery_point >= new_offset:
+                # every byte of the old segment was flushed, so recovery after a crash starts
+                # after it and trusts its indexes as they are on disk: the final time index
+                # entry and the trim just made must be durable too (found by the power-cut
+                # test: a zeroed time index entry below the recovery point). Its .log is
+                # already synced, so this costs two small fsyncs.
+                active.flush()
             self._jitter_ms = self._new_jitter()
             segment = self._new_segment(new_offset)
             self.segments.add(segment)
+            # the new segment's names durable before any of its data can be flushed (a rare
+            # fsync: one per segment.bytes appended)
+            self._sync_dir()
             return segment
 
     # ------------------------------------------------------------------ read
@@ -337,6 +361,8 @@ class Log:
                 return
             for segment in self.segments.values(self.recovery_point, target):
                 segment.flush()
+            if self._dir_dirty:
+                self._sync_dir()  # before the recovery point moves: the flushed files can be found
             self.recovery_point = target
             self.unflushed_messages = 0
             self.last_flush_ms = self._clock()
@@ -360,6 +386,10 @@ class Log:
             floor = self.segments.floor_segment(target_offset)
             if floor is not None:
                 floor.truncate_to(target_offset)
+                # the cut durable too: an unsynced tail could come back after a power cut as
+                # valid batches, above a recovery point that new appends then move past
+                floor.flush()
+            self._sync_dir()
             self.log_end_offset = self.active_segment.read_next_offset()
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -373,6 +403,7 @@ class Log:
                 self.segments.remove(segment.base_offset)
                 segment.delete_if_exists()
             self.segments.add(self._new_segment(new_offset))
+            self._sync_dir()
             self.log_end_offset = new_offset
             self.log_start_offset = new_offset
             self.recovery_point = new_offset
@@ -411,6 +442,8 @@ class Log:
             for segment in doomed:
                 self.segments.remove(segment.base_offset)
                 segment.change_file_suffixes("", names.DELETED_SUFFIX)
+            # the renames durable: undone by a power cut, they would bring deleted segments back
+            self._sync_dir()
             self.log_start_offset = max(self.log_start_offset, self._first_base_offset())
             self._schedule_delete(list(doomed))
 
@@ -434,6 +467,13 @@ class Log:
             for segment in segments:
                 segment.delete_if_exists()
                 count += 1
+        if count:
+            # one fsync for the batch of unlinks (Kafka deletes without one; an unlink undone
+            # by a power cut leaves a .deleted file, which the next load removes)
+            try:
+                fsync_dir(self.dir)
+            except FileNotFoundError:
+                pass  # the log itself was deleted meanwhile (its directory renamed -delete)
         return count
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment],

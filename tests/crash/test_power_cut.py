@@ -1,0 +1,386 @@
+"""Power cuts: only what was fsynced survives, and nothing the engine promised is lost.
+
+SIGKILL (``test_manager_sigkill.py``) keeps the page cache, so it proves nothing about the order
+of fsyncs. Here the engine runs on a FUSE file system that remembers only what was fsynced
+(``powercut_fs.py``): at a random moment the power is cut (the file system freezes and writes
+the image a disk could hold: fsynced file contents under fsynced directory entries; in half the
+cuts, random prefixes of the later changes too, the last write torn or zeroed); then a fresh
+LogManager recovers a copy of that image on a real directory, and the test checks the
+durability contract there (the README's "Durability contract"):
+
+- ``cut`` (2 partitions, retention by size): a record is promised once ``LogManager.flush``
+  returned a recovery point above it (an explicit flush; the sidecar's acks=all with a flush);
+- ``cutfm`` (flush.messages=1, no retention): once ``append`` returned (the log fsyncs inside
+  the append, as Kafka does when flush.messages is reached);
+- ``cutms`` (flush.ms=0, the flusher runs every 10 ms, no retention): once the log's recovery
+  point, moved by the background flusher, was seen above it.
+
+The child sends each promise through a pipe right after the call returned; the parent drains
+the pipe BEFORE it cuts, so only promises made before the cut count. For every partition the
+recovered log must end at or after its promise, and every promised offset from the log start on
+must be readable and hold the record written there: values carry their offset and the id of
+the child that wrote them, so a record from an older incarnation of a segment (a deleted segment
+coming back after a cut) is caught, not mistaken for the promised one. ``logkeeper verify``
+(``tools.verify.verify_path``) must pass and no temporary file may be left.
+
+The next child starts from the cut image itself (not from the recovered copy), so the engine's
+own recovery runs under the FUSE layer and is cut too. Every ``EPOCH`` cuts the disks start
+empty again, so a round stays short. Count: LOGKEEPER_POWER_CUTS (small by default; ``make
+crash`` sets 1000). A summary line goes to stdout and, when LOGKEEPER_CRASH_REPORT names a
+file, is appended there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logkeeper.log.manager import LogManager
+from logkeeper.log.manager_config import ManagerConfig
+from logkeeper.log.names import TopicPartition
+from logkeeper.log.scheduler import Scheduler
+from logkeeper.records.builder import Record, build_batch
+from logkeeper.records.reader import read_records
+from logkeeper.tools.verify import verify_path
+
+CUTS = int(os.environ.get("LOGKEEPER_POWER_CUTS", "30"))
+EPOCH = 25  # cuts in a row on the same disks before they start empty again
+SEED = int(os.environ.get("LOGKEEPER_CRASH_SEED", "20261124"))
+MAX_CHILD_S = 0.35
+PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
+              TopicPartition("cutms", 0)]
+NO_RETENTION = {2, 3}  # indexes of PARTITIONS whose log start must stay 0
+TOPIC_PROPS: dict[str, dict[str, Any]] = {
+    "cutfm": {"flush.messages": 1, "retention.bytes": -1},
+    "cutms": {"flush.ms": 0, "retention.bytes": -1},
+}
+MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< PIPE_BUF)
+PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, child id), (log end offset, child id), (base, next offset)
+TEMP_SUFFIXES = (".tmp", ".cleaned", ".swap", ".deleted")
+
+try:  # mfusepy loads libfuse when imported: without it (or without mfusepy) the test is skipped
+    from tests.crash.powercut_fs import Daemon, fuse_available
+
+    _why_not = fuse_available()
+except (ImportError, OSError) as e:
+    _why_not = f"{type(e).__name__}: {e}"
+if _why_not is not None and os.environ.get("LOGKEEPER_REQUIRE_FUSE") == "1":
+    raise RuntimeError(f"LOGKEEPER_REQUIRE_FUSE=1 but FUSE is unusable here: {_why_not}")
+pytestmark = pytest.mark.skipif(_why_not is not None, reason=f"FUSE unusable here: {_why_not}")
+
+
+def manager_props(dirs: list[Path]) -> dict[str, Any]:
+    return {
+        "log.dirs": [str(d) for d in dirs],
+        "log.segment.bytes": 8 * 1024,  # many rolls
+        "log.index.size.max.bytes": 4 * 1024,
+        "log.index.interval.bytes": 512,  # index entries in every segment
+        "log.retention.bytes": 24 * 1024,
+        "log.retention.ms": -1,
+        "log.segment.delete.delay.ms": 20,
+        "log.initial.task.delay.ms": 0,
+        "log.retention.check.interval.ms": 30,
+        "log.flush.scheduler.interval.ms": 10,
+        "log.flush.offset.checkpoint.interval.ms": 15,
+        "log.flush.start.offset.checkpoint.interval.ms": 15,
+        "num.recovery.threads.per.data.dir": 1,
+    }
+
+
+def value_of(offset: int, child_id: int, repeat: int) -> bytes:
+    return f"{offset}.{child_id}|".encode() * repeat
+
+
+def parse_value(value: bytes | None) -> tuple[int, int] | None:
+    if not value:
+        return None
+    try:
+        offset, child_id = value.split(b"|", 1)[0].split(b".")
+        return int(offset), int(child_id)
+    except ValueError:
+        return None
+
+
+def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # pragma: no cover - child
+    rng = random.Random(seed)
+    m = LogManager(ManagerConfig.from_props(manager_props(dirs)))  # own scheduler thread
+    m.startup()
+    for topic, props in TOPIC_PROPS.items():
+        m.update_topic_config(topic, props)
+    logs = [m.get_or_create_log(tp) for tp in PARTITIONS]
+    for i, lg in enumerate(logs):
+        # what the child found on disk: offsets missing then (lost in an earlier cut before any
+        # promise covered them) leave a gap that its promises do not cover
+        for seg in lg.segments.values():
+            os.write(out_fd, MSG.pack(SEGMENT, i, seg.base_offset, seg.read_next_offset()))
+        os.write(out_fd, MSG.pack(START, i, lg.log_end_offset, child_id))
+    reported_ms = 0
+    while True:
+        i = rng.randrange(len(PARTITIONS))
+        leo = logs[i].log_end_offset
+        now = int(time.time() * 1000)
+        n = rng.randint(1, 6)
+        data = build_batch([Record(leo + k, now, None, value_of(leo + k, child_id, rng.randint(1, 5)))
+                            for k in range(n)])
+        info = m.append(PARTITIONS[i], data)
+        if i == 2:  # flush.messages=1: the append returned after its fsync
+            os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, child_id))
+        elif i < 2 and rng.random() < 0.3:
+            os.write(out_fd, MSG.pack(PROMISE, i, m.flush(PARTITIONS[i]), child_id))
+        if logs[3].recovery_point > reported_ms:
+            reported_ms = logs[3].recovery_point  # moved by the flusher (flush.ms) after its fsync
+            os.write(out_fd, MSG.pack(PROMISE, 3, reported_ms, child_id))
+
+
+@dataclass
+class Figures:
+    cuts: int = 0
+    torn_cuts: int = 0
+    productive: int = 0
+    promises: int = 0
+    records_checked: int = 0
+    records_lost: int = 0
+    lost_bytes: int = 0
+    undone_dir_changes: int = 0
+    fsyncs: int = 0
+    dir_fsyncs: int = 0
+
+
+@dataclass
+class Expected:
+    """What the disks must hold: promised end offsets and, per offset, the child that wrote it."""
+
+    promised: dict[int, int] = field(default_factory=dict)
+    writer: dict[tuple[int, int], int] = field(default_factory=dict)  # (partition, offset) -> child id
+    # (partition, offset) -> the child whose promise covers it, when that child did not write it
+    # itself (it was on disk when the child started): its writer is learnt at the first check
+    older: dict[tuple[int, int], int] = field(default_factory=dict)
+    # (partition, offset) below a promise that was on no disk when the promising child started
+    gaps: set[tuple[int, int]] = field(default_factory=set)
+
+    def add(self, i: int, end: int, child_id: int, start_leo: int, found: list[tuple[int, int]]) -> None:
+        before = self.promised.get(i, 0)
+        if end <= before:
+            return
+        for offset in range(before, end):
+            if offset >= start_leo:
+                self.writer[(i, offset)] = child_id
+            elif any(base <= offset < nxt for base, nxt in found):
+                self.older.setdefault((i, offset), child_id)
+            else:
+                self.gaps.add((i, offset))
+        self.promised[i] = end
+
+
+def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon: Daemon, cut_seed: int,
+              torn: bool, image_out: Path) -> tuple[list[tuple[int, int, int, int]], dict[str, Any]]:
+    """Run a child on the mount, cut the power after ``delay_s``; return the messages seen before
+    the cut and the cut's figures."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(r)
+        try:
+            child(dirs, w, child_id, seed)
+        except BaseException:
+            if os.path.exists(dirs[0]):  # else EIO: the power is cut; if not, say why it died
+                traceback.print_exc()
+                sys.stderr.flush()
+        finally:
+            os._exit(3)
+    os.close(w)
+    os.set_blocking(r, False)
+    data = bytearray()
+    deadline = time.monotonic() + delay_s
+    while time.monotonic() < deadline:
+        time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+        try:
+            while chunk := os.read(r, 65536):
+                data += chunk
+        except BlockingIOError:
+            pass
+    # drain what the child wrote up to now: these promises were made before the cut
+    try:
+        while chunk := os.read(r, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    done, status = os.waitpid(pid, os.WNOHANG)
+    figures = daemon.cut(cut_seed, torn, image_out)
+    if not done:  # after the cut the child fails on EIO in any way it likes; kill it anyway
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(r)
+    if done:
+        raise AssertionError(f"child {child_id} (seed {seed}) died before the power cut: exit status "
+                             f"{os.waitstatus_to_exitcode(status)}")
+    whole = len(data) - len(data) % MSG.size
+    return [MSG.unpack_from(data, k) for k in range(0, whole, MSG.size)], figures
+
+
+def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: str) -> None:
+    """Recover ``dirs`` with a fresh LogManager and check every promise (see the module doc)."""
+    m = LogManager(ManagerConfig.from_props(manager_props(dirs)), scheduler=Scheduler())  # no thread
+    m.startup()
+    problems: list[str] = []
+    try:
+        for i, tp in enumerate(PARTITIONS):
+            want = expected.promised.get(i, 0)
+            lg = m.get_log(tp)
+            if lg is None:
+                if want:
+                    problems.append(f"{tp} promised up to {want} is missing")
+                    figures.records_lost += want
+                continue
+            if lg.log_end_offset < want:
+                problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
+            if i in NO_RETENTION and lg.log_start_offset != 0:
+                problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
+            offset = lg.log_start_offset
+            while offset < want:
+                try:
+                    batch = m.read(tp, offset, 1 << 20).records
+                except Exception as e:  # a read failing is a lost record, named below
+                    batch, err = b"", e
+                else:
+                    err = None
+                records = [rec for rec in read_records(batch) if rec.offset >= offset] if batch else []
+                if records and records[0].offset > offset and all(
+                        (i, o) in expected.gaps for o in range(offset, min(records[0].offset, want))):
+                    offset = records[0].offset  # a gap no promise covered (see Expected.gaps)
+                if offset < want and (not records or records[0].offset != offset):
+                    lost = want - offset
+                    problems.append(f"{tp} offset {offset} unreadable ({err or 'no batch'}): {lost} promised "
+                                    "records lost from there")
+                    figures.records_lost += lost
+                    break
+                for rec in records:
+                    if rec.offset >= want:
+                        break
+                    figures.records_checked += 1
+                    got = parse_value(rec.value)
+                    key = (i, rec.offset)
+                    writer = expected.writer.get(key)
+                    if got is None or got[0] != rec.offset:
+                        problems.append(f"{tp} offset {rec.offset} holds {rec.value!r}")
+                        figures.records_lost += 1
+                    elif writer is not None and got[1] != writer:
+                        problems.append(f"{tp} offset {rec.offset} holds the record of child {got[1]}, "
+                                        f"child {writer} wrote the promised one")
+                        figures.records_lost += 1
+                    elif writer is None:
+                        covered_by = expected.older.pop(key, None)
+                        if covered_by is not None and got[1] >= covered_by:
+                            problems.append(f"{tp} offset {rec.offset} holds a record of child {got[1]}, "
+                                            f"written after child {covered_by} promised it")
+                            figures.records_lost += 1
+                        expected.writer[key] = got[1]  # from now on it must stay that record
+                offset = records[-1].offset + 1
+        for d in dirs:
+            report = verify_path(d)
+            if not report.ok:
+                problems.append(f"verify {d}: " + "; ".join(map(str, report.problems[:5])))
+            left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES)]
+            if left:
+                problems.append(f"temporary files left in {d}: {left}")
+    finally:
+        m.shutdown()
+    assert not problems, f"{where}: " + "; ".join(problems[:8])
+
+
+def warm_up(tmp_path: Path) -> None:
+    """Run the compiled kernels once here, so children inherit them compiled."""
+    dirs = [tmp_path / "warm0", tmp_path / "warm1"]
+    m = LogManager(ManagerConfig.from_props(manager_props(dirs)), scheduler=Scheduler())
+    m.startup()
+    for tp in PARTITIONS:
+        m.get_or_create_log(tp)
+        for k in range(3):
+            m.append(tp, build_batch([Record(k, int(time.time() * 1000), None, value_of(k, 0, 1))]))
+        m.flush(tp)
+    m.shutdown()
+    check_image(dirs, Expected(), Figures(), "warm-up")
+
+
+def empty_image(path: Path) -> Path:
+    for d in ("disk0", "disk1"):
+        (path / d).mkdir(parents=True)
+    return path
+
+
+def report(line: str) -> None:
+    print(line)
+    target = os.environ.get("LOGKEEPER_CRASH_REPORT")
+    if target:
+        with open(target, "a") as f:
+            f.write(line + "\n")
+
+
+def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
+    warm_up(tmp_path)
+    master = random.Random(SEED)
+    figures = Figures()
+    mount = tmp_path / "mnt"
+    dirs_on_mount = [mount / "disk0", mount / "disk1"]
+    image = empty_image(tmp_path / "image-start")
+    expected = Expected()
+    started = time.monotonic()
+    threading.excepthook = threading.__excepthook__  # a daemon thread's error must not be hidden
+    for n in range(CUTS):
+        if n and n % EPOCH == 0:  # fresh disks: rounds stay short
+            shutil.rmtree(image)
+            image = empty_image(tmp_path / f"image-empty-{n}")
+            expected = Expected()
+        seed = master.randrange(1 << 30)
+        cut_seed = master.randrange(1 << 30)
+        torn = master.random() < 0.5
+        delay = master.uniform(0.0, MAX_CHILD_S)
+        where = f"cut {n + 1} (seed {seed}, cut seed {cut_seed}, torn {torn}, after {delay * 1000:.0f} ms)"
+        out = tmp_path / f"image-{n}"
+        daemon = Daemon(image, mount)
+        try:
+            messages, cut = run_child(dirs_on_mount, n + 1, seed, delay, daemon, cut_seed, torn, out)
+        finally:
+            daemon.stop()
+        figures.cuts += 1
+        figures.torn_cuts += torn
+        figures.lost_bytes += cut["lost_bytes"]
+        figures.undone_dir_changes += cut["undone_dir_changes"]
+        figures.fsyncs += cut["fsync"]
+        figures.dir_fsyncs += cut["fsyncdir"]
+        starts = {i: offset for kind, i, offset, _c in messages if kind == START}
+        found: dict[int, list[tuple[int, int]]] = {}
+        for kind, i, base, nxt in messages:
+            if kind == SEGMENT:
+                found.setdefault(i, []).append((base, nxt))
+        promises = [(i, offset) for kind, i, offset, _c in messages if kind == PROMISE]
+        figures.productive += bool(promises)
+        figures.promises += len(promises)
+        for i, offset in promises:
+            expected.add(i, offset, n + 1, starts[i], found.get(i, []))
+        check = tmp_path / "check"
+        shutil.rmtree(check, ignore_errors=True)
+        shutil.copytree(out, check)
+        check_image([check / "disk0", check / "disk1"], expected, figures, where)
+        shutil.rmtree(image)
+        image = out  # the next child recovers the cut image itself, under the FUSE layer
+    elapsed = time.monotonic() - started
+    report(f"power cuts: {figures.cuts} cuts ({figures.torn_cuts} with torn tails) in {elapsed:.1f} s; "
+           f"{figures.productive} children made promises ({figures.promises} promises); "
+           f"{figures.records_checked} promised records checked, {figures.records_lost} lost; "
+           f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "
+           f"directory changes; {figures.fsyncs} fsyncs and {figures.dir_fsyncs} directory fsyncs seen")
+    assert figures.productive >= max(1, CUTS // 4), (
+        f"only {figures.productive} of {CUTS} children made a promise before the cut")
