@@ -198,3 +198,38 @@ def test_an_idle_connection_and_a_slow_header_are_closed(tmp_path: Path) -> None
             w.close()
 
     serve(config, scenario)
+
+
+def produce_body(size: int) -> bytes:
+    """A JSON produce body of exactly ``size`` bytes."""
+    empty = len(b'{"records": [{"value": ""}]}')
+    return b'{"records": [{"value": "' + b"v" * (size - empty) + b'"}]}'
+
+
+def test_bodies_held_at_once_are_bounded_by_the_budget(tmp_path: Path) -> None:
+    config = make_config(tmp_path, **{"http.queued.max.request.bytes": 1500})
+
+    async def scenario(s: Served) -> None:
+        budget = s.api.body_budget
+        first, second = produce_body(1000), produce_body(800)
+        a = await asyncio.open_connection("127.0.0.1", s.port)
+        a[1].write(partial_post(len(first), first[:10]))  # holds its 1000 bytes of the budget, sends slowly
+        await until(lambda: budget.used == 1000)
+        b = await asyncio.open_connection("127.0.0.1", s.port)
+        b[1].write(partial_post(len(second), second))  # whole, but 1000 + 800 > 1500: waits, reading nothing
+        await until(lambda: s.requests_seen() == 2)
+        assert budget.used == 1000
+        a[1].write(first[10:])
+        assert (await read_answer(a[0]))[0] == 200
+        assert (await read_answer(b[0]))[0] == 200
+        await until(lambda: budget.used == 0)
+        assert budget.peak <= 1500
+        big = produce_body(1400)  # alone, a body may take the whole budget
+        c = await asyncio.open_connection("127.0.0.1", s.port)
+        c[1].write(partial_post(len(big), big))
+        assert (await read_answer(c[0]))[0] == 200
+        for _r, w in (a, b, c):
+            w.close()
+        assert s.api.sidecar.offsets(RAW_0)["log_end_offset"] == 3
+
+    serve(config, scenario)

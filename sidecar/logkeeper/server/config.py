@@ -118,6 +118,10 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
     Setting("http.body.timeout.ms", int, 30000,
             "Bound on reading one request body; a slower body is answered 408 and its connection closed.",
             at_least(100), "ms"),
+    Setting("http.queued.max.request.bytes", int, 64 * MIB,
+            "Bytes of HTTP request bodies held at once over all connections; a body waits (within "
+            "http.body.timeout.ms) until its declared length fits (Kafka's queued.max.request.bytes).",
+            at_least(1024), "bytes"),
     Setting("max.request.bytes", int, 4 * MIB, "Largest request body accepted (413 beyond).", at_least(1024),
             "bytes"),
     Setting("fetch.max.bytes", int, 50 * MIB, "Largest max_bytes a fetch may ask for (Kafka's fetch.max.bytes).",
@@ -254,6 +258,7 @@ class SidecarSettings:
     http_max_connections: int = 256
     http_connections_max_idle_ms: int = 60000
     http_body_timeout_ms: int = 30000
+    http_queued_max_request_bytes: int = 64 * MIB
     kafka_listen: list[str] = field(default_factory=list)
     kafka_advertised_listeners: list[str] = field(default_factory=list)
     kafka_node_id: int = 0

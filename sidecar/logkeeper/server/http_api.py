@@ -42,7 +42,7 @@ from aiohttp import web
 from .auth import TokenFile
 from .config import SidecarSettings
 from .errors import ApiError
-from .http_limits import read_body
+from .http_limits import BodyBudget, budget_middleware, read_body
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
 from .middleware import auth_middleware, errors_middleware, json_response, metrics_middleware
@@ -79,6 +79,7 @@ class Api:
         self.token = token
         self.pool = pool
         self.metrics = Metrics(self._status_or_none)
+        self.body_budget = BodyBudget(settings.http_queued_max_request_bytes)
         self.spec = build_spec(settings)
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -91,7 +92,7 @@ class Api:
     async def _small_body(self, request: web.Request) -> bytes:
         """The body of a topic or config change (JSON of a few fields)."""
         return await read_body(request, MAX_SMALL_BODY_BYTES, self.settings.http_body_timeout_ms / 1000.0,
-                               "this endpoint's limit")
+                               "this endpoint's limit", self.body_budget)
 
     # ------------------------------------------------------------------ health, spec, metrics, status
     async def healthz(self, _request: web.Request) -> web.Response:
@@ -161,7 +162,7 @@ class Api:
             raise ApiError(415, "unsupported_media_type", f"Content-Type must be {JSON_CONTENT_TYPE} or "
                                                           f"{BATCH_CONTENT_TYPE}, got {request.content_type!r}")
         raw = await read_body(request, self.settings.max_request_bytes, self.settings.http_body_timeout_ms / 1000.0,
-                              "max.request.bytes")
+                              "max.request.bytes", self.body_budget)
         if not raw:
             raise ApiError(400, "bad_request", "the body is empty: send records")
         if kind == JSON_CONTENT_TYPE:
@@ -227,7 +228,8 @@ def build_app(api: Api) -> web.Application:
     app = web.Application(
         client_max_size=api.settings.max_request_bytes,
         middlewares=[metrics_middleware(api.metrics), errors_middleware(api.settings.max_request_bytes),
-                     auth_middleware(api.token, api.settings.http_read_auth, api.settings.http_metrics_auth)])
+                     auth_middleware(api.token, api.settings.http_read_auth, api.settings.http_metrics_auth),
+                     budget_middleware(api.body_budget)])
     app[API_KEY] = api
     partition = "/v1/topics/{topic}/partitions/{partition}"
     r = app.router

@@ -11,6 +11,14 @@
   (``http.body.timeout.ms``: 408, and the connection is closed); a client that hangs up
   mid-body gets one log line and a 400 ``client_disconnected`` (which it will not read), never
   a 500 with a traceback.
+- ``BodyBudget``: the bytes of all request bodies held at once, across connections, are bounded
+  by ``http.queued.max.request.bytes`` (Kafka's queued.max.request.bytes): a body reserves its
+  declared length before a byte of it is read, and waits (within its body timeout) while the
+  budget is spent; its bytes stay reserved until its request is answered (``budget_middleware``).
+  Without it, http.max.connections bodies of max.request.bytes each could be held at once.
+  Reserving the whole declared length up front (not chunk by chunk) means no body holds part of
+  the budget while it waits for the rest, so slow bodies cannot starve each other into a stall;
+  a chunked body (no length) reserves as it reads.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler, Middleware
 
 from .errors import ApiError
 
@@ -135,16 +144,64 @@ class LimitedSite(web.BaseSite):
                                                 reuse_address=True)
 
 
-async def read_body(request: web.Request, max_bytes: int, timeout_s: float, setting: str) -> bytes:
+class BodyBudget:
+    """Bytes of request bodies held at once (all connections); one event loop, no lock needed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self._freed = asyncio.Event()
+
+    async def reserve(self, n: int) -> int:
+        """Wait until ``n`` bytes fit (a body larger than the whole budget waits for all of it:
+        it is then alone, never refused); the amount reserved."""
+        n = min(n, self.limit)
+        while self.used + n > self.limit:
+            self._freed.clear()
+            await self._freed.wait()
+        self.used += n
+        self.peak = max(self.peak, self.used)
+        return n
+
+    def release(self, n: int) -> None:
+        if n:
+            self.used -= n
+            self._freed.set()
+
+
+RESERVED: web.RequestKey[list[int]] = web.RequestKey("logkeeper_body_reserved", list)  # amounts to release
+
+
+def budget_middleware(budget: BodyBudget) -> Middleware:
+    """Releases what the request's body reserved once it is answered (the body is no longer held)."""
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        amounts: list[int] = []
+        request[RESERVED] = amounts
+        try:
+            return await handler(request)
+        finally:
+            budget.release(sum(amounts))
+    return middleware
+
+
+async def read_body(request: web.Request, max_bytes: int, timeout_s: float, setting: str,
+                    budget: BodyBudget | None = None) -> bytes:
     """The whole body, at most ``max_bytes`` (413 beyond, named by ``setting``), within
-    ``timeout_s`` (408). A hang-up mid-body is a 400 ``client_disconnected`` with one log line."""
+    ``timeout_s`` (408; waiting for the budget counts). A hang-up mid-body is a 400
+    ``client_disconnected`` with one log line."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise ApiError(413, "payload_too_large", f"the request body is larger than {setting} ({max_bytes} bytes)")
+    reserved = request.get(RESERVED) if budget is not None else None
     chunks: list[bytes] = []
-    got = 0
+    got = held = 0
     try:
         async with asyncio.timeout(timeout_s):
+            if budget is not None and reserved is not None and declared:
+                held = await budget.reserve(declared)
+                reserved.append(held)
             while True:
                 chunk = await request.content.readany()
                 if not chunk:
@@ -153,6 +210,11 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float, sett
                 if got > max_bytes:
                     raise ApiError(413, "payload_too_large",
                                    f"the request body is larger than {setting} ({max_bytes} bytes)")
+                if budget is not None and reserved is not None and declared is None and got > held:
+                    # chunked (no declared length): reserve as it comes
+                    more = await budget.reserve(got - held)
+                    reserved.append(more)
+                    held += more
                 chunks.append(chunk)
     except TimeoutError:
         log.warning("%s %s: the body did not arrive within http.body.timeout.ms (%d of %s bytes in %.1f s): "
