@@ -1,0 +1,132 @@
+"""The partition directory is fsynced after every change of its entries that a promise relies on.
+
+A file's fsync makes its bytes durable, not its name: after a power cut, a segment created by a
+roll (or the first segment of a log) whose directory was never fsynced is gone with its fsynced
+data, and a rename to ``.deleted`` not synced comes back undone. ``fsync_dir`` is replaced by a
+recorder that notes, at each call, which directory and what it held then, and whether the
+recovery point had moved yet. tests/crash/test_power_cut.py checks the same end to end on a file
+system that forgets what was not fsynced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logkeeper.log import log as log_module
+from logkeeper.log import names
+from logkeeper.log.log import Log
+from logkeeper.log.retention import delete_old_segments
+from tests.helpers import ManualClock, batch, make_log
+
+
+class DirSyncs:
+    """Calls of ``fsync_dir``: (directory, its file names then, the log's recovery point then)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Path, set[str], int]] = []
+        self.log: Log | None = None
+
+    def __call__(self, directory: Path) -> None:
+        rp = self.log.recovery_point if self.log is not None and hasattr(self.log, "recovery_point") else -1
+        self.calls.append((Path(directory), {p.name for p in Path(directory).iterdir()}, rp))
+
+    def clear(self) -> None:
+        self.calls.clear()
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> DirSyncs:
+    recorder = DirSyncs()
+    monkeypatch.setattr(log_module, "fsync_dir", recorder)
+    return recorder
+
+
+def test_first_flush_of_a_new_log_syncs_its_directory_before_the_recovery_point_moves(
+        tmp_path: Path, syncs: DirSyncs) -> None:
+    lg = make_log(tmp_path)
+    syncs.log = lg
+    lg.append(batch(3))
+    lg.flush()
+    assert [(d, rp) for d, _names, rp in syncs.calls] == [(lg.dir, 0)]
+    assert names.log_file(lg.dir, 0).name in syncs.calls[0][1]
+    assert lg.recovery_point == 3
+    syncs.clear()
+    lg.append(batch(2))
+    lg.flush()
+    assert syncs.calls == []  # nothing created since: no more directory fsyncs on the flush path
+
+
+def test_roll_syncs_the_directory_with_the_new_segment_in_it(tmp_path: Path, syncs: DirSyncs) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    lg.flush()
+    syncs.clear()
+    new = lg.roll()
+    assert len(syncs.calls) == 1
+    directory, files, _rp = syncs.calls[0]
+    assert directory == lg.dir
+    assert {new.log.path.name, new.offset_index.path.name, new.time_index.path.name} <= files
+
+
+def test_roll_after_a_full_flush_makes_the_old_segments_final_indexes_durable(
+        tmp_path: Path, syncs: DirSyncs, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    lg.flush()  # recovery point == log end: recovery will trust the old segment as it is on disk
+    old = lg.active_segment
+    flushed: list[str] = []
+    monkeypatch.setattr(old.time_index, "flush", lambda: flushed.append("timeindex"))
+    lg.roll()
+    assert flushed == ["timeindex"]
+
+
+def test_retention_syncs_the_directory_after_the_deleted_renames_and_after_the_unlinks(
+        tmp_path: Path, syncs: DirSyncs) -> None:
+    clock = ManualClock()
+    lg = make_log(tmp_path, {"segment.bytes": 300, "retention.bytes": 10, "file.delete.delay.ms": 1000},
+                  clock=clock)
+    for k in range(4):
+        lg.append(batch(3, start=3 * k))
+    doomed = [s.base_offset for s in lg.segments.values()][:-1]
+    assert doomed
+    syncs.clear()
+    result = delete_old_segments(lg, clock())
+    assert result.by_size == len(doomed)
+    assert len(syncs.calls) == 1
+    _d, files, _rp = syncs.calls[0]
+    for base in doomed:
+        assert names.log_file(lg.dir, base).name + names.DELETED_SUFFIX in files
+        assert names.log_file(lg.dir, base).name not in files
+    syncs.clear()
+    clock.advance(1000)
+    assert lg.delete_expired_files() == len(doomed)
+    assert len(syncs.calls) == 1
+    assert not any(name.endswith(names.DELETED_SUFFIX) for name in syncs.calls[0][1])
+
+
+def test_truncation_syncs_the_directory_after_removing_segments(tmp_path: Path, syncs: DirSyncs) -> None:
+    lg = make_log(tmp_path, {"segment.bytes": 300})
+    for k in range(4):
+        lg.append(batch(3, start=3 * k))
+    later = [s.base_offset for s in lg.segments.values()][1:]
+    syncs.clear()
+    lg.truncate_to(later[0])
+    assert len(syncs.calls) == 1
+    files = syncs.calls[0][1]
+    assert not any(names.log_file(lg.dir, base).name in files for base in later[1:])
+
+
+def test_a_load_that_changed_files_syncs_the_directory(tmp_path: Path, syncs: DirSyncs) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    lg.flush()
+    lg.close()
+    leftover = names.log_file(lg.dir, 100).with_name(names.log_file(lg.dir, 100).name + names.DELETED_SUFFIX)
+    leftover.write_bytes(b"")
+    syncs.clear()
+    again = make_log(tmp_path)
+    assert again.load_report.deleted_files == [leftover.name]
+    assert [d for d, _f, _rp in syncs.calls] == [again.dir]
+    assert leftover.name not in syncs.calls[0][1]
