@@ -23,7 +23,11 @@
     39    INVALID_REPLICA_ASSIGNMENT    manual assignments naming another node
     40    INVALID_CONFIG                an unknown topic config key or a bad value
     42    INVALID_REQUEST               what this node cannot do (transactions, unknown resource types)
-    17    INVALID_TOPIC_EXCEPTION       a bad topic name; deleting an internal topic
+    17    INVALID_TOPIC_EXCEPTION       a bad topic name; deleting an internal topic; a client's produce
+                                        to an internal topic (__consumer_offsets, __transaction_state)
+    33    UNSUPPORTED_SASL_MECHANISM    a SaslHandshake naming a mechanism not enabled
+    34    ILLEGAL_SASL_STATE            SASL requests on a listener without SASL, or once authenticated
+    58    SASL_AUTHENTICATION_FAILED    a wrong name or password (the connection is then closed)
     45    OUT_OF_ORDER_SEQUENCE_NUMBER  an idempotent producer's sequence gap
     47    INVALID_PRODUCER_EPOCH        an idempotent producer's old epoch
     56    KAFKA_STORAGE_ERROR           the partition's log directory is offline
@@ -64,6 +68,8 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 INVALID_TIMESTAMP = 32
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
@@ -74,6 +80,7 @@ INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87

@@ -7,13 +7,18 @@ without an fsync (flush.messages / flush.ms decide that, as in Kafka). acks 0 ge
 a failed acks-0 request closes the connection, as Kafka does, so the client notices.
 Transactional produce (a transactional id) is refused with INVALID_REQUEST: there is no
 transaction coordinator. Versions below 3 (message formats 0 and 1) get UNSUPPORTED_VERSION.
+Internal topics (__consumer_offsets, __transaction_state) are written by the node alone (the
+group coordinator appends through the Sidecar, not through Produce): a client's partitions of
+them get INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic", as Kafka answers; the
+request's other partitions are appended.
 
 Fetch: sessionless (a request to open a fetch session is answered with session id 0, which
 clients take as "no session"); per partition up to ``partition_max_bytes`` and up to
-``max_bytes`` in all, at least one batch for the first partition with data (as Kafka). The
-high watermark is the log end offset (one replica). ``read_committed`` reads below the last
-stable offset and lists the aborted transactions from the transaction indexes. With less than
-``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions.
+``max_bytes`` in all (capped by the sidecar's ``fetch.max.bytes``, as Kafka caps it by its own),
+at least one batch for the first partition with data (as Kafka). The high watermark is the log
+end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
+aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
+waits up to ``max_wait_ms`` for an append to one of its partitions.
 
 ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
 holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
@@ -29,7 +34,9 @@ from ..log.log import Log
 from ..log.names import TopicPartition
 from . import error_codes as ec
 from .context import BrokerContext, Connection
+from .offsets_store import OFFSETS_TOPIC
 
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
@@ -74,12 +81,17 @@ async def produce(ctx: BrokerContext, conn: Connection, req: dict[str, Any], ver
         results = [{"index": tp.partition, "error_code": refuse[0], "base_offset": -1, "error_message": refuse[1]}
                    for tp, _ in items]
     else:
+        allowed = [(tp, data) for tp, data in items if tp.topic not in INTERNAL_TOPICS]
         try:
-            results = await ctx.run(_append_all, ctx, items)
+            appended = await ctx.run(_append_all, ctx, allowed) if allowed else []
         except Exception:
             if acks == 0:
                 raise CloseConnection("an acks-0 produce failed") from None
             raise
+        in_order = iter(appended)  # _append_all answers ``allowed`` in its order
+        results = [next(in_order) if tp.topic not in INTERNAL_TOPICS else
+                   {"index": tp.partition, "error_code": ec.INVALID_TOPIC_EXCEPTION, "base_offset": -1,
+                    "error_message": f"Cannot append to internal topic {tp.topic}"} for tp, _ in items]
     if acks == 0:
         if any(r["error_code"] != ec.NONE for r in results):
             raise CloseConnection("an acks-0 produce failed: " + "; ".join(
@@ -146,8 +158,10 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
                     "records": b""} for tp, _ in wanted]
     else:
         deadline = time.monotonic() + max(0, req["max_wait_ms"]) / 1000.0
+        fetch_max = ctx.settings.fetch_max_bytes
         while True:
-            results, total = await ctx.run(_read_all, ctx, wanted, max(0, req["max_bytes"]), committed)
+            results, total = await ctx.run(_read_all, ctx, wanted, max(0, min(req["max_bytes"], fetch_max)),
+                                           committed)
             left = deadline - time.monotonic()
             if total >= req["min_bytes"] or left <= 0 or ctx.sidecar.stopping or \
                     any(r["error_code"] != ec.NONE for r in results):

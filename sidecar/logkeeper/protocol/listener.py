@@ -1,11 +1,12 @@
-"""The Kafka protocol listener: connections, request dispatch, start and stop.
+"""The Kafka protocol listener: sockets, connection limits, request dispatch, start and stop.
 
-Per connection, requests are handled one at a time in arrival order and answered in that
-order (Kafka does the same: a connection is muted while its request is in flight), so
-pipelined requests queue in the socket. For each frame (framing.py):
+Per connection (connection.py: framing with bounded memory, TLS, SASL), requests are handled
+one at a time in arrival order and answered in that order (Kafka does the same: a connection is
+muted while its request is in flight), so pipelined requests queue in the socket. For each frame:
 
-1. the 4-byte size: <= 0, below the header's 8 bytes or above ``kafka.max.request.bytes`` ->
-   the connection is closed;
+1. the 4-byte size: below the header's 8 bytes or above ``kafka.socket.request.max.bytes`` ->
+   the connection is closed before anything is allocated; otherwise the size is taken from the
+   memory pool of ``kafka.queued.max.request.bytes`` (the socket waits unread until it fits);
 2. the header: an unknown API key or a version outside the schemas -> closed (as Kafka does);
    ApiVersions of a too-new version is answered at v0 with UNSUPPORTED_VERSION and the
    supported versions, so that the client can retry with one of them;
@@ -15,9 +16,15 @@ pipelined requests queue in the socket. For each frame (framing.py):
    which answers UNSUPPORTED_VERSION (Produce below 3, Fetch below 4);
 5. the handler's answer is encoded at the request's version; acks-0 produces get none.
 
+Limits (README "Kafka listener"): ``kafka.max.connections`` (one more is closed as soon as it is
+accepted; Kafka instead leaves it in the accept backlog, which under a flood only moves the
+pile-up into the kernel and leaves clients hanging), ``kafka.connections.max.idle.ms`` (a sweeper
+closes idle connections), the two byte limits above.
+
 A handler's unexpected exception (a bug) is logged with its traceback and closes the connection.
-Start: the offsets log is loaded, then the sockets listen. Stop: the sockets close, requests in
-flight get the drain time, then their connections are cancelled.
+Start: the offsets log is loaded, the SASL users file and TLS certificate are read (a failure
+stops the start), then the sockets listen. Stop: the sockets close, requests in flight get the
+drain time, then their connections are cancelled.
 """
 
 from __future__ import annotations
@@ -27,19 +34,26 @@ import base64
 import hashlib
 import logging
 import socket
+import ssl
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from ..errors import KafkaStorageError
-from ..server.config import SidecarSettings, parse_listen_address
+from ..server.config import SidecarSettings, is_loopback_host, parse_listen_address
 from ..server.service import Sidecar
-from . import handlers_admin, handlers_data, handlers_group, handlers_meta
+from . import handlers_admin, handlers_data, handlers_group, handlers_meta, handlers_sasl
 from . import messages as m
+from .connection import CloseConnection, Endpoint, KafkaConnection
 from .context import AppendNotifier, BrokerContext, Connection
-from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
+from .framing import parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
+from .memory_pool import MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
-from .primitives import MalformedError, Writer
+from .primitives import Writer
+from .sasl import UsersFile
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +79,10 @@ HANDLERS: dict[int, Handler] = {
     m.OFFSET_FETCH: handlers_group.offset_fetch,
     m.DESCRIBE_GROUPS: handlers_group.describe_groups,
     m.LIST_GROUPS: handlers_group.list_groups,
+    # only reached outside a SASL exchange (connection.py serves it during one): a PLAINTEXT or SSL
+    # listener, or a connection already authenticated; Kafka answers ILLEGAL_SASL_STATE there too
+    m.SASL_HANDSHAKE: handlers_sasl.handshake_out_of_state,
+    m.SASL_AUTHENTICATE: handlers_sasl.authenticate_out_of_state,
 }
 if set(HANDLERS) != set(m.APIS):  # every advertised API has its handler
     raise RuntimeError(f"handlers and schemas disagree: {sorted(set(HANDLERS) ^ set(m.APIS))}")
@@ -76,7 +94,7 @@ def cluster_id_for(log_dirs: list[str]) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
-async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes) -> bytes | None:
+async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> bytes | None:
     """The response frame of one request frame; None when none is due (acks 0). Raises
     MalformedError (close the connection) or CloseConnection."""
     key, version, correlation_id = peek_header(frame)
@@ -97,6 +115,32 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes) -> by
     return response_frame(correlation_id, spec.response_header_version(version), w.buf)
 
 
+def _read_secret(path: str) -> str | None:
+    return Path(path).read_text(encoding="utf-8").strip() if path else None
+
+
+def tls_context(settings: SidecarSettings) -> ssl.SSLContext:
+    """The server TLS context of SSL and SASL_SSL listeners: TLS 1.2 and later (Kafka's
+    ssl.enabled.protocols), the certificate chain and key from PEM files, client certificates as
+    kafka.ssl.client.auth says. Raises OSError / ssl.SSLError naming the file when unusable."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    password = _read_secret(settings.kafka_ssl_key_password_file)
+    try:
+        ctx.load_cert_chain(settings.kafka_ssl_certificate_location, settings.kafka_ssl_key_location or None,
+                            password)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {settings.kafka_ssl_certificate_location} / key "
+                         f"{settings.kafka_ssl_key_location or '(same file)'}: {e}") from None
+    if settings.kafka_ssl_client_auth != "none":
+        try:
+            ctx.load_verify_locations(settings.kafka_ssl_ca_location)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"cannot load the client CA file {settings.kafka_ssl_ca_location}: {e}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED if settings.kafka_ssl_client_auth == "required" else ssl.CERT_OPTIONAL
+    return ctx
+
+
 class KafkaListener:
     def __init__(self, sidecar: Sidecar, settings: SidecarSettings, pool: Any) -> None:
         self.sidecar = sidecar
@@ -104,11 +148,26 @@ class KafkaListener:
         self.pool = pool
         self.servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, int]] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        self.connections: set[KafkaConnection] = set()
+        self.memory = MemoryPool(settings.kafka_queued_max_request_bytes)
+        self.users: UsersFile | None = None
+        self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures
+        self.stopping = False
         self.ctx: BrokerContext | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._last_refusal_log = 0.0
 
     async def start(self) -> list[tuple[str, int]]:
         """Load the committed offsets, then listen. Call once the Sidecar is ready."""
+        settings = self.settings
+        listeners = settings.kafka_listeners
+        protocols = {p for p, _h, _port in listeners}
+        # secrets first: a listener that cannot authenticate must not open at all
+        ssl_context = tls_context(settings) if protocols & {"SSL", "SASL_SSL"} else None
+        if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
+            self.users = UsersFile(settings.kafka_sasl_users_file)
+            count = await asyncio.to_thread(self.users.ensure_usable)
+            log.info("kafka: SASL %s with %d users", ", ".join(settings.kafka_sasl_enabled_mechanisms), count)
         loop = asyncio.get_running_loop()
         notifier = AppendNotifier(loop)
         sidecar = self.sidecar
@@ -134,90 +193,91 @@ class KafkaListener:
         ctx.producer_ids = handlers_meta.ProducerIdAllocator(sidecar.clock_ms())
         self.ctx = ctx
         advertised = [parse_listen_address(a) for a in self.settings.kafka_advertised_listeners]
-        for i, (host, port) in enumerate(self.settings.kafka_addresses):
-            adv = advertised[i] if advertised else None
-            server = await asyncio.start_server(self._connection_callback(adv), host, port, reuse_address=True)
+        for i, (protocol, host, port) in enumerate(listeners):
+            endpoint = Endpoint(protocol, ssl_context if protocol in ("SSL", "SASL_SSL") else None,
+                                advertised[i] if advertised else None)
+            if protocol == "PLAINTEXT" and not is_loopback_host(host):
+                log.warning("kafka: %s:%d is a PLAINTEXT listener off loopback: anyone who reaches it can "
+                            "produce, read and delete topics", host, port)
+            server = await loop.create_server(lambda e=endpoint: KafkaConnection(self, e),  # type: ignore[misc]
+                                              host, port, reuse_address=True)
             self.servers.append(server)
             for sock in server.sockets:
                 addr = sock.getsockname()
                 self.addresses.append((str(addr[0]), int(addr[1])))
+        self._sweeper = asyncio.ensure_future(self._sweep())
         return self.addresses
 
-    def _connection_callback(self, advertised: tuple[str, int] | None) -> Callable[
-            [asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-        def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Awaitable[None]:
-            return self._on_connection(reader, writer, advertised)
-        return accept
-
-    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       advertised: tuple[str, int] | None) -> Awaitable[None]:
-        task = asyncio.ensure_future(self._serve(reader, writer, advertised))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
-        return task
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     advertised: tuple[str, int] | None) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        local = writer.get_extra_info("sockname") or ("127.0.0.1", 0)
-        sock = writer.get_extra_info("socket")
+    # ------------------------------------------------------------------ connections
+    def admit(self, conn: KafkaConnection) -> bool:
+        """Count a new connection in, or refuse it (kafka.max.connections, or stopping)."""
+        if self.stopping or self.ctx is None:
+            return False
+        if len(self.connections) >= self.settings.kafka_max_connections:
+            self.stats["refused"] += 1
+            now = time.monotonic()
+            if now - self._last_refusal_log >= 1.0:  # at most a line a second under a flood
+                self._last_refusal_log = now
+                log.warning("kafka: refusing connections (from %s and %d so far): %d open, max.connections is %d",
+                            conn.peer_host, self.stats["refused"], len(self.connections),
+                            self.settings.kafka_max_connections)
+            return False
+        sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        conn = Connection(str(peer[0]), str(local[0]), int(local[1]), advertised)
+        self.connections.add(conn)
+        return True
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self.connections.discard(conn)
+
+    def users_or_fail(self) -> UsersFile:
+        if self.users is None:
+            raise CloseConnection("SASL is not configured on this listener")
+        return self.users
+
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | None:
         ctx = self.ctx
-        limit = self.settings.kafka_max_request_bytes
+        if ctx is None:
+            raise CloseConnection("the listener is stopping")
+        c = Connection(conn.peer_host, conn.local[0], conn.local[1], conn.endpoint.advertised)
         try:
-            while ctx is not None:
-                try:
-                    head = await reader.readexactly(4)
-                except asyncio.IncompleteReadError:
-                    return  # the client closed the connection
-                size = FRAME_SIZE.unpack(head)[0]
-                if size < MIN_REQUEST_SIZE or size > limit:
-                    log.warning("kafka: closing the connection from %s: frame of %d bytes (allowed %d-%d)",
-                                conn.peer_host, size, MIN_REQUEST_SIZE, limit)
-                    return
-                try:
-                    frame = await reader.readexactly(size)
-                except asyncio.IncompleteReadError:
-                    log.warning("kafka: connection from %s closed inside a frame", conn.peer_host)
-                    return
-                try:
-                    response = await handle_frame(ctx, conn, frame)
-                except MalformedError as e:
-                    log.warning("kafka: closing the connection from %s: malformed request: %s (frame starts %s)",
-                                conn.peer_host, e, frame[:96].hex())
-                    return
-                except handlers_data.CloseConnection as e:
-                    log.warning("kafka: closing the connection from %s: %s", conn.peer_host, e)
-                    return
-                except Exception:
-                    log.exception("kafka: closing the connection from %s: request failed", conn.peer_host)
-                    return
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
-        except (ConnectionError, OSError):
-            return
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError, asyncio.CancelledError):
-                pass
+            return await handle_frame(ctx, c, frame)
+        except handlers_data.CloseConnection as e:
+            raise CloseConnection(str(e)) from None
+
+    async def _sweep(self) -> None:
+        """Close idle connections (connections.max.idle.ms) and ones that did not authenticate in time."""
+        idle_s = self.settings.kafka_connections_max_idle_ms / 1000.0
+        period = min(max(idle_s / 10, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                why = conn.is_idle(now, idle_s)
+                if why is not None:
+                    self.stats["idle_closed"] += 1
+                    log.info("kafka: closing the connection from %s: %s", conn.peer_host, why)
+                    conn.close()
 
     async def stop(self, drain_s: float) -> None:
+        self.stopping = True
         for server in self.servers:
             server.close()
-        if self._connections:
-            _done, pending = await asyncio.wait(set(self._connections), timeout=min(drain_s, 0.5))
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        tasks = {c.task for c in self.connections if c.task is not None}
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=min(drain_s, 0.5))
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=drain_s)
+        for conn in list(self.connections):
+            conn.close()
         for server in self.servers:
             try:
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
@@ -225,4 +285,3 @@ class KafkaListener:
                 pass
         if self.ctx is not None and self.ctx.coordinator is not None:
             await self.ctx.coordinator.stop()
-

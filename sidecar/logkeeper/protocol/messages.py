@@ -506,6 +506,30 @@ ListGroupsResponse flex=3+
     group_type string 5+
 """)
 
+# SASL (the listener's security protocols SASL_PLAINTEXT and SASL_SSL): a handshake names the
+# mechanism, then its tokens travel in SaslAuthenticate requests (handshake v1; v0's unframed
+# tokens are not served, as no current client needs them).
+SASL_HANDSHAKE_REQUEST = parse_message("""
+SaslHandshakeRequest flex=none
+  mechanism string
+""")
+SASL_HANDSHAKE_RESPONSE = parse_message("""
+SaslHandshakeResponse flex=none
+  error_code int16
+  mechanisms []string
+""")
+SASL_AUTHENTICATE_REQUEST = parse_message("""
+SaslAuthenticateRequest flex=2+
+  auth_bytes bytes
+""")
+SASL_AUTHENTICATE_RESPONSE = parse_message("""
+SaslAuthenticateResponse flex=2+
+  error_code int16
+  error_message string null
+  auth_bytes bytes
+  session_lifetime_ms int64 1+
+""")
+
 # Records of the committed-offsets log (__consumer_offsets), each after an int16 version:
 # key version 1 (0 and 1 share the layout), value version 3.
 OFFSET_COMMIT_KEY = parse_message("""
@@ -548,6 +572,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 15, 16, 18, 19, 20, 22
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 APIS: dict[int, ApiSpec] = {s.key: s for s in (
     ApiSpec(PRODUCE, "Produce", PRODUCE_REQUEST, PRODUCE_RESPONSE, 3, 11, 0, 11),
@@ -570,4 +595,6 @@ APIS: dict[int, ApiSpec] = {s.key: s for s in (
     ApiSpec(DESCRIBE_CONFIGS, "DescribeConfigs", DESCRIBE_CONFIGS_REQUEST, DESCRIBE_CONFIGS_RESPONSE, 0, 4, 0, 4),
     ApiSpec(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", INCREMENTAL_ALTER_CONFIGS_REQUEST,
             INCREMENTAL_ALTER_CONFIGS_RESPONSE, 0, 1, 0, 1),
+    ApiSpec(SASL_HANDSHAKE, "SaslHandshake", SASL_HANDSHAKE_REQUEST, SASL_HANDSHAKE_RESPONSE, 1, 1, 0, 1),
+    ApiSpec(SASL_AUTHENTICATE, "SaslAuthenticate", SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE, 0, 2, 0, 2),
 )}

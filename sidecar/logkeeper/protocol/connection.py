@@ -1,0 +1,387 @@
+"""One client connection of the Kafka listener: reading frames with bounded memory, TLS, SASL.
+
+Why a buffered protocol and not asyncio streams: ``StreamReader.readexactly(size)`` keeps
+reading the socket until ``size`` bytes are buffered, whatever the size, and then copies them;
+a client that sent a 100 MiB frame header and 60 MiB of its body held 60 MiB of the sidecar's
+heap for as long as it liked (4 such connections added 241 MiB RSS, and glibc kept most of it
+after they closed). Here the socket's bytes go straight into the buffer they belong to:
+
+1. the 4-byte size is read into a 4-byte buffer; a size below the 8 header bytes or above
+   ``kafka.socket.request.max.bytes`` (512 KiB before SASL authentication, Kafka's
+   sasl.server.max.receive.size) closes the connection, nothing allocated;
+2. the size is taken from the listener's memory pool (memory_pool.py,
+   ``kafka.queued.max.request.bytes``); while it does not fit the socket is not read
+   (backpressure: the client waits in TCP);
+3. the frame's buffer is allocated (an anonymous mmap for big frames: its pages exist only as
+   bytes arrive) and filled from the socket, then reading stops (the connection is muted while
+   its request is handled, as Kafka does, so requests are answered in order);
+4. the request is handled, its response written (waiting while the transport's buffer is full),
+   the frame's bytes go back to the pool, and the next size is read.
+
+So a connection costs its objects and at most a 16 KiB spill buffer (bytes a TLS record carried
+past the frame); the frames of all connections together never exceed the pool.
+
+TLS: the TCP connection is accepted (and counted against ``kafka.max.connections``) first, then
+upgraded with ``loop.start_tls``, so a flood of handshakes cannot pass the connection limit; a
+handshake gets ``TLS_HANDSHAKE_TIMEOUT_S``.
+
+SASL (SASL_PLAINTEXT, SASL_SSL): until authenticated, only ApiVersions, SaslHandshake (v1) and
+SaslAuthenticate are served, anything else closes the connection (Kafka does the same); the
+exchange must end within ``AUTH_TIMEOUT_S`` of the connection. A failed authentication is
+answered SASL_AUTHENTICATION_FAILED after ``FAILED_AUTH_DELAY_S`` (Kafka's
+connection.failed.authentication.delay.ms) and the connection is closed. Sessions do not expire
+(session_lifetime_ms 0: no re-authentication). Tokens and passwords are never logged.
+
+Idle: a connection with no complete request and no response for ``kafka.connections.max.idle.ms``
+is closed by the listener's sweeper; a request being handled or waiting for pool memory is not
+idle, but a frame that arrives too slowly is (so a trickling client cannot hold pool memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mmap
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import error_codes as ec
+from . import messages as m
+from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
+from .memory_pool import allocate_frame, free_frame
+from .primitives import MalformedError, Writer
+from .sasl import Mechanism, SaslFailure, server_for
+
+if TYPE_CHECKING:
+    from .listener import KafkaListener
+
+log = logging.getLogger(__name__)
+
+SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
+AUTH_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (100)
+SPILL_CHUNK = 16 * 1024
+SPILL_MAX = 1024 * 1024
+SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
+
+
+class CloseConnection(Exception):
+    """Close this connection (after writing ``response`` when given); the message is logged."""
+
+    def __init__(self, why: str, response: bytes | None = None, level: int = logging.WARNING) -> None:
+        super().__init__(why)
+        self.response = response
+        self.level = level
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What one kafka.listen address serves: its security protocol, TLS context and advertised address."""
+
+    protocol: str
+    ssl_context: ssl.SSLContext | None
+    advertised: tuple[str, int] | None
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+@dataclass
+class SaslState:
+    mechanisms: list[str]
+    mechanism: Mechanism | None = None
+    authenticated: bool = False
+    principal: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[bytes | None]]
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, listener: KafkaListener, endpoint: Endpoint) -> None:
+        self.listener = listener
+        self.endpoint = endpoint
+        self.transport: Any = None
+        self.peer_host = "?"
+        self.local: tuple[str, int] = ("127.0.0.1", 0)
+        self.sasl = SaslState(listener.settings.kafka_sasl_enabled_mechanisms) if endpoint.sasl else None
+        self.last_active = time.monotonic()
+        self.busy = False  # a request in hand or waiting for pool memory: never idle
+        self.task: asyncio.Task[None] | None = None
+        self._head = bytearray(4)
+        self._view: memoryview = memoryview(self._head)
+        self._filled = 0
+        self._spill = bytearray()
+        self._spill_chunk: bytearray | None = None
+        self._reading_ready = not endpoint.ssl_context  # False until start_tls hands over its transport
+        self._wakeup = asyncio.Event()
+        self._closed = False
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ protocol callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        local = transport.get_extra_info("sockname") or ("127.0.0.1", 0)
+        self.peer_host, self.local = str(peer[0]), (str(local[0]), int(local[1]))
+        if not self.listener.admit(self):
+            self._closed = True
+            transport.close()  # nothing was read or allocated
+            return
+        self.transport.pause_reading()  # _fill reads when a buffer is ready
+        self.task = asyncio.ensure_future(self._run())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._filled < len(self._view):
+            return self._view[self._filled:]
+        # only when a transport delivers after we asked it to pause (start_tls' hand-over)
+        if self._spill_chunk is None:
+            self._spill_chunk = bytearray(SPILL_CHUNK)
+        return memoryview(self._spill_chunk)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._filled < len(self._view):
+            self._filled += nbytes
+        else:
+            chunk = self._spill_chunk if self._spill_chunk is not None else bytearray()
+            self._spill += chunk[:nbytes]
+            if len(self._spill) > SPILL_MAX:
+                self._abort("more than 1 MiB past a frame while muted")
+                return
+        if self._filled >= len(self._view):
+            self._pause()
+        self._wakeup.set()
+
+    def eof_received(self) -> bool:
+        self._closed = True
+        self._wakeup.set()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._wakeup.set()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self.listener.forget(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # ------------------------------------------------------------------ reading
+    def _pause(self) -> None:
+        if self._reading_ready and self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+
+    def _target(self, view: memoryview) -> None:
+        """The next bytes of the socket go to ``view``; bytes spilled earlier come first."""
+        self._view, self._filled = view, 0
+        if self._spill:
+            n = min(len(self._spill), len(view))
+            view[:n] = self._spill[:n]
+            del self._spill[:n]
+            self._filled = n
+
+    async def _fill(self) -> bool:
+        """Wait until the target is full; False when the connection ended first."""
+        while self._filled < len(self._view):
+            if self._closed:
+                return False
+            self._wakeup.clear()
+            if self._reading_ready:
+                self.transport.resume_reading()
+            await self._wakeup.wait()
+        return True
+
+    def _abort(self, why: str) -> None:
+        log.warning("kafka: closing the connection from %s: %s", self.peer_host, why)
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._wakeup.set()
+            if self.transport is not None:
+                self.transport.close()
+
+    # ------------------------------------------------------------------ writing
+    async def write(self, data: bytes) -> None:
+        self.transport.write(data)
+        if self._write_paused and not self._closed:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    # ------------------------------------------------------------------ the connection's life
+    async def _run(self) -> None:
+        try:
+            if self.endpoint.ssl_context is not None and not await self._start_tls():
+                return
+            while await self._next_request():
+                pass
+        except (ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("kafka: closing the connection from %s: request failed", self.peer_host)
+        finally:
+            self.close()
+
+    async def _start_tls(self) -> bool:
+        loop = asyncio.get_running_loop()
+        context = self.endpoint.ssl_context
+        if context is None:
+            return True
+        try:
+            transport = await loop.start_tls(self.transport, self, context, server_side=True,
+                                             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as e:
+            log.info("kafka: TLS handshake with %s failed: %s", self.peer_host, e)
+            return False
+        if transport is None or self._closed:
+            return False
+        self.transport, self._reading_ready = transport, True
+        if self._filled >= len(self._view):
+            transport.pause_reading()
+        return True
+
+    async def _next_request(self) -> bool:
+        """Read, handle and answer one request; False when the connection is to close."""
+        listener = self.listener
+        if not await self._fill():
+            return False
+        size = FRAME_SIZE.unpack(self._head)[0]
+        authenticated = self.sasl is None or self.sasl.authenticated
+        limit = listener.settings.kafka_socket_request_max_bytes
+        if not authenticated:
+            limit = min(limit, SASL_MAX_RECEIVE_BYTES)
+        if size < MIN_REQUEST_SIZE or size > limit:
+            listener.stats["oversized"] += size > limit
+            self._abort(f"frame of {size} bytes (allowed {MIN_REQUEST_SIZE}-{limit})")
+            return False
+        pool = listener.memory
+        self.busy = True
+        try:
+            if not pool.try_acquire(size):
+                listener.stats["pool_waits"] += 1
+                await pool.acquire(size)
+        finally:
+            self.busy = False
+        buf: bytearray | mmap.mmap | None = None
+        try:
+            buf = allocate_frame(size)
+            view = memoryview(buf)
+            try:
+                self._target(view)
+                if not await self._fill():
+                    if not self._closed_by_listener():
+                        log.warning("kafka: connection from %s closed inside a frame", self.peer_host)
+                    return False
+                self.busy = True
+                try:
+                    response = await self._handle(view)
+                except CloseConnection as e:
+                    if e.response is not None:
+                        await self.write(e.response)
+                    log.log(e.level, "kafka: closing the connection from %s: %s", self.peer_host, e)
+                    return False
+                except MalformedError as e:
+                    self._log_malformed(view, e)
+                    return False
+                if response is not None:
+                    await self.write(response)
+            finally:
+                view.release()
+        finally:
+            self.busy = False
+            free_frame(buf)
+            pool.release(size)
+        self.last_active = time.monotonic()
+        self._target(memoryview(self._head))
+        return not self._closed
+
+    def _closed_by_listener(self) -> bool:
+        return self.listener.stopping
+
+    def _log_malformed(self, frame: memoryview, err: MalformedError) -> None:
+        key = peek_header(frame)[0] if len(frame) >= MIN_REQUEST_SIZE else -1
+        if key in SASL_KEYS or (self.sasl is not None and not self.sasl.authenticated):
+            # the frame may carry a password: its bytes are not logged
+            log.warning("kafka: closing the connection from %s: malformed request: %s", self.peer_host, err)
+        else:
+            log.warning("kafka: closing the connection from %s: malformed request: %s (frame starts %s)",
+                        self.peer_host, err, bytes(frame[:96]).hex())
+
+    async def _handle(self, frame: memoryview) -> bytes | None:
+        sasl = self.sasl
+        if sasl is not None and not sasl.authenticated:
+            key = peek_header(frame)[0]
+            if key in SASL_KEYS:
+                return await self._sasl_step(frame, sasl)
+            if key != m.API_VERSIONS:
+                raise CloseConnection(f"{m.APIS[key].name if key in m.APIS else f'API {key}'} request before "
+                                      f"SASL authentication")
+        return await self.listener.handle_frame(self, frame)
+
+    # ------------------------------------------------------------------ SASL
+    async def _sasl_step(self, frame: memoryview, sasl: SaslState) -> bytes:
+        header, spec, reader = parse_request_header(frame)
+        request = spec.request.decode(reader, header.api_version)
+        version, correlation_id = header.api_version, header.correlation_id
+
+        def answer(body: dict[str, Any]) -> bytes:
+            w = Writer()
+            spec.response.encode(w, body, version)
+            return response_frame(correlation_id, spec.response_header_version(version), w.buf)
+
+        if header.api_key == m.SASL_HANDSHAKE:
+            mechanisms = list(sasl.mechanisms)
+            if sasl.mechanism is not None:
+                raise CloseConnection("a second SaslHandshake")
+            if version < 1:  # v0's unframed tokens are not served; v1 is what clients send
+                raise CloseConnection("SaslHandshake v0 is not supported", answer(
+                    {"error_code": ec.UNSUPPORTED_VERSION, "mechanisms": mechanisms}))
+            name = request["mechanism"]
+            if name not in mechanisms:
+                raise CloseConnection(f"SASL mechanism {name!r} is not enabled", answer(
+                    {"error_code": ec.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}))
+            sasl.mechanism = server_for(name, self.listener.users_or_fail())
+            return answer({"error_code": ec.NONE, "mechanisms": mechanisms})
+        mech = sasl.mechanism
+        if mech is None:
+            raise CloseConnection("SaslAuthenticate before SaslHandshake")
+        token = request["auth_bytes"] or b""
+        ctx = self.listener.ctx
+        try:
+            reply = await ctx.run(mech.step, token) if ctx is not None else mech.step(token)
+        except SaslFailure as e:
+            self.listener.stats["auth_failures"] += 1
+            await asyncio.sleep(FAILED_AUTH_DELAY_S)
+            raise CloseConnection(f"SASL authentication failed: {e}", answer(
+                {"error_code": ec.SASL_AUTHENTICATION_FAILED, "error_message": str(e), "auth_bytes": b"",
+                 "session_lifetime_ms": 0})) from None
+        if mech.done:
+            sasl.authenticated, sasl.principal = True, mech.principal
+            log.info("kafka: %s authenticated as %s", self.peer_host, mech.principal)
+        return answer({"error_code": ec.NONE, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0})
+
+    def is_idle(self, now: float, idle_s: float) -> str | None:
+        """Why the sweeper should close this connection now, or None."""
+        if self._closed:
+            return None
+        if self.sasl is not None and not self.sasl.authenticated and now - self.sasl.started > AUTH_TIMEOUT_S:
+            return f"not authenticated within {AUTH_TIMEOUT_S:.0f} s"
+        if not self.busy and now - self.last_active > idle_s:
+            return f"idle for more than {idle_s * 1000:.0f} ms (connections.max.idle.ms)"
+        return None
