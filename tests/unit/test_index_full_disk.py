@@ -181,6 +181,31 @@ def test_read_only_index_of_an_untrimmed_file_reads_without_mapping_holes(tmp_pa
     assert path.stat().st_size == 64 * 1024  # read-only: the file is never changed
 
 
+@pytest.mark.parametrize("failing_call", [1, 2], ids=["offset-index", "time-index"])
+def test_a_segment_whose_index_cannot_be_allocated_releases_its_files(tmp_path: Path, fallocate: FailingFallocate,
+                                                                      failing_call: int) -> None:
+    """A roll on a full disk: the new segment raises the OSError and holds no descriptor or map."""
+    from logkeeper.log.segment import LogSegment
+
+    real = fallocate.real
+    calls = 0
+
+    def nth_fails(fd: int, offset: int, length: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == failing_call:
+            raise OSError(fallocate.err, os.strerror(fallocate.err))
+        real(fd, offset, length)
+
+    fallocate.real = nth_fails
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError) as e:
+        LogSegment(tmp_path, 100, max_index_size=MAX_SIZE)
+    assert e.value.errno == fallocate.err
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert not (tmp_path / f"{100:020d}.timeindex").exists()
+
+
 # ------------------------------------------------------------------------------------------------
 # A real full file system
 # ------------------------------------------------------------------------------------------------

@@ -86,14 +86,24 @@ class LogSegment:
             d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix).exists()
         self.offset_index_was_missing = not names.segment_file(
             d, base_offset, names.INDEX_SUFFIX, temp_suffix).exists()
-        self.offset_index = OffsetIndex(
-            names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
-            max_index_size, writable)
-        self.time_index = TimeIndex(
-            names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix), base_offset,
-            max_index_size, writable)
-        self.txn_index = TransactionIndex(
-            names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
+        try:
+            self.offset_index = OffsetIndex(
+                names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
+                max_index_size, writable)
+            self.time_index = TimeIndex(
+                names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix), base_offset,
+                max_index_size, writable)
+            self.txn_index = TransactionIndex(
+                names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
+        except BaseException:
+            # e.g. ENOSPC allocating an index on a full disk: release what was opened (the map and
+            # descriptors would pin the files of a directory that is going offline)
+            if hasattr(self, "offset_index"):
+                self.offset_index.close_handler()
+            if hasattr(self, "time_index"):
+                self.time_index.close_handler()
+            self.log.close()
+            raise
         self.created_ms = clock_ms()
         self.bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
