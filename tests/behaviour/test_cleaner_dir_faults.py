@@ -32,7 +32,8 @@ from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import ManualClock, Scheduler
 from logkeeper.spark.command import plan_from_args
-from tests.disk import Faults
+from logkeeper.tools.verify import verify_path
+from tests.disk import Faults, small_tmpfs
 from tests.spark_helpers import NOW_MS, TP, build_log, config, copy_log_dir, open_log, run_local_job
 
 START_MS = 1_700_000_000_000
@@ -260,3 +261,24 @@ def test_placing_from_another_file_system_blames_the_right_side(tmp_path: Path, 
     finally:
         faults.armed = False
         log.close()
+
+
+def test_staging_on_a_real_other_file_system_is_copied_in(tmp_path: Path) -> None:
+    """log.cleaner.offload.staging.dir on a tmpfs: os.rename answers EXDEV and install.py copies."""
+    with small_tmpfs(tmp_path / "staging", "64m") as staging:
+        log_dir = copy_log_dir(build_log(tmp_path / "src", 13), tmp_path / "data")
+        log = open_log(log_dir, config(13, **{"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}))
+        logs = {TP: log}
+        failures: list[tuple[Path, str, BaseException]] = []
+        offloader = Offloader(CleanerConfig.from_props({"log.cleaner.offload.enable": True,
+                                                        "log.cleaner.offload.staging.dir": str(staging)}),
+                              CleanerManager([log_dir], lambda: logs, clock_ms=lambda: NOW_MS), lambda: logs,
+                              clock_ms=lambda: NOW_MS, runner=Job(None),
+                              log_dir_failure=lambda d, msg, e: failures.append((d, msg, e)))
+        try:
+            assert offloader.hand_off(log), offloader.status()
+            assert failures == [] and not list(staging.iterdir())
+        finally:
+            log.close()
+        report = verify_path(log_dir)
+        assert report.ok, "; ".join(map(str, report.problems))
