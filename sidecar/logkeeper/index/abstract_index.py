@@ -185,7 +185,8 @@ class AbstractIndex(ABC):
         mmap cannot map 0 bytes, so an index with nothing allocated has no map.
         """
         try:
-            length = os.fstat(fd).st_size
+            # a read-only copy is the file as it was read (a writer may trim it meanwhile)
+            length = os.fstat(fd).st_size if self._copy is None else len(self._copy)
             mapped = min(allocated, length)
             access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(fd, mapped, access=access) if mapped > 0 else None
