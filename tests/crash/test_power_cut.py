@@ -13,13 +13,18 @@ durability contract there (the README's "Durability contract"):
 - ``cutfm`` (flush.messages=1, no retention): once ``append`` returned (the log fsyncs inside
   the append, as Kafka does when flush.messages is reached);
 - ``cutms`` (flush.ms=0, the flusher runs every 10 ms, no retention): once the log's recovery
-  point, moved by the background flusher, was seen above it.
+  point, moved by the background flusher, was seen above it;
+- ``cutc`` (compacted, flush.messages=1, the log cleaner running: ``.cleaned`` segments swapped
+  in by ``log/replace.py``): once ``append`` returned; compaction may drop a record, but never
+  the last promised record of its key;
+- every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
+  start again in the same process: the next start trusts the clean-shutdown marker).
 
 The child sends each promise through a pipe right after the call returned; the parent drains
 the pipe BEFORE it cuts, so only promises made before the cut count. For every partition the
 recovered log must end at or after its promise, and every promised offset from the log start on
 must be readable and hold the record written there: values carry their offset and the id of
-the child that wrote them, so a record from an older incarnation of a segment (a deleted segment
+the writer (child and start), so a record from an older incarnation of a segment (a deleted segment
 coming back after a cut) is caught, not mistaken for the promised one. ``logkeeper verify``
 (``tools.verify.verify_path``) must pass and no temporary file may be left.
 
@@ -48,6 +53,8 @@ from typing import Any
 
 import pytest
 
+from logkeeper.cleaner.config import CleanerConfig
+from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
@@ -60,12 +67,17 @@ CUTS = int(os.environ.get("LOGKEEPER_POWER_CUTS", "20"))
 EPOCH = 12  # cuts in a row on the same disks before they start empty again (loads stay short)
 SEED = int(os.environ.get("LOGKEEPER_CRASH_SEED", "20261124"))
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
-              TopicPartition("cutms", 0)]
-NO_RETENTION = {2, 3}  # indexes of PARTITIONS whose log start must stay 0
+              TopicPartition("cutms", 0), TopicPartition("cutc", 0)]
+NO_RETENTION = {2, 3, 4}  # indexes of PARTITIONS whose log start must stay 0
+COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
+KEYS = 17
 TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutfm": {"flush.messages": 1, "retention.bytes": -1},
     "cutms": {"flush.ms": 0, "retention.bytes": -1},
+    "cutc": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01},
 }
+CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
+                 "log.cleaner.io.buffer.size": 64 * 1024}
 MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< PIPE_BUF)
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
@@ -100,6 +112,10 @@ def manager_props(dirs: list[Path]) -> dict[str, Any]:
     }
 
 
+def key_of(i: int, offset: int) -> bytes | None:
+    return str(offset % KEYS).encode() if i == COMPACTED else None
+
+
 def value_of(offset: int, child_id: int, repeat: int) -> bytes:
     return f"{offset}.{child_id}|".encode() * repeat
 
@@ -127,6 +143,10 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         for topic, props in TOPIC_PROPS.items():
             m.update_topic_config(topic, props)
         logs = [m.get_or_create_log(tp) for tp in PARTITIONS]
+        # the cleaner compacts "cutc" meanwhile: .cleaned segments, .swap renames (log/replace.py)
+        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+        cleaner.install_hooks(m.cleaner_hooks)
+        cleaner.startup()
         for i, lg in enumerate(logs):
             # what the child found on disk: offsets missing then (lost in an earlier cut before
             # any promise covered them) leave a gap that its promises do not cover
@@ -140,16 +160,17 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
             leo = logs[i].log_end_offset
             now = int(time.time() * 1000)
             n = rng.randint(1, 6)
-            data = build_batch([Record(leo + k, now, None, value_of(leo + k, writer, rng.randint(1, 5)))
+            data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, writer, rng.randint(1, 5)))
                                 for k in range(n)])
             info = m.append(PARTITIONS[i], data)
-            if i == 2:  # flush.messages=1: the append returned after its fsync
+            if i in (2, COMPACTED):  # flush.messages=1: the append returned after its fsync
                 os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, writer))
             elif i < 2 and rng.random() < 0.3:
                 os.write(out_fd, MSG.pack(PROMISE, i, m.flush(PARTITIONS[i]), writer))
             if logs[3].recovery_point > reported_ms:
                 reported_ms = logs[3].recovery_point  # moved by the flusher (flush.ms) after its fsync
                 os.write(out_fd, MSG.pack(PROMISE, 3, reported_ms, writer))
+        cleaner.shutdown()
         m.shutdown()
         for i, lg in enumerate(logs):
             os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, writer))
@@ -242,6 +263,96 @@ def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon
     return [MSG.unpack_from(data, k) for k in range(0, whole, MSG.size)], figures
 
 
+def check_record(i: int, rec: Any, expected: Expected, problems: list[str]) -> bool:
+    """Whether a record below the promise holds what was written at its offset (see ``Expected``)."""
+    tp = PARTITIONS[i]
+    got = parse_value(rec.value)
+    key = (i, rec.offset)
+    writer = expected.writer.get(key)
+    if got is None or got[0] != rec.offset or rec.key != key_of(i, rec.offset):
+        problems.append(f"{tp} offset {rec.offset} holds key {rec.key!r} value {rec.value!r}")
+        return False
+    if writer is not None and got[1] != writer:
+        problems.append(f"{tp} offset {rec.offset} holds the record of writer {got[1]}, "
+                        f"writer {writer} wrote the promised one")
+        return False
+    if writer is None:
+        covered_by = expected.older.pop(key, None)
+        expected.writer[key] = got[1]  # from now on it must stay that record
+        if covered_by is not None and got[1] >= covered_by:
+            problems.append(f"{tp} offset {rec.offset} holds a record of writer {got[1]}, "
+                            f"written after writer {covered_by} promised it")
+            return False
+    return True
+
+
+def read_from(m: LogManager, tp: TopicPartition, offset: int) -> tuple[list[Any], BaseException | None]:
+    try:
+        batch = m.read(tp, offset, 1 << 20).records
+    except Exception as e:  # a read failing is a lost record, named by the caller
+        return [], e
+    return [rec for rec in read_records(batch) if rec.offset >= offset] if batch else [], None
+
+
+def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
+                     problems: list[str]) -> None:
+    """Every offset from the log start up to the promise is there (except gaps no promise covered)."""
+    tp = PARTITIONS[i]
+    lg = m.get_log(tp)
+    assert lg is not None
+    offset = lg.log_start_offset
+    while offset < want:
+        records, err = read_from(m, tp, offset)
+        if records and records[0].offset > offset and all(
+                (i, o) in expected.gaps for o in range(offset, min(records[0].offset, want))):
+            offset = records[0].offset  # a gap no promise covered (see Expected.gaps)
+        if offset < want and (not records or records[0].offset != offset):
+            lost = want - offset
+            problems.append(f"{tp} offset {offset} unreadable ({err or 'no batch'}): {lost} promised "
+                            "records lost from there")
+            figures.records_lost += lost
+            return
+        for rec in records:
+            if rec.offset >= want:
+                break
+            if rec.offset != offset:
+                problems.append(f"{tp} offset {offset} missing (the next record is {rec.offset})")
+                figures.records_lost += 1
+            figures.records_checked += 1
+            figures.records_lost += not check_record(i, rec, expected, problems)
+            offset = rec.offset + 1
+        offset = max(offset, records[-1].offset + 1)
+
+
+def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
+                    problems: list[str]) -> None:
+    """The records kept are the ones written; each key's last promised record is among them."""
+    tp = PARTITIONS[i]
+    lg = m.get_log(tp)
+    assert lg is not None
+    present: set[int] = set()
+    offset = lg.log_start_offset
+    while offset < min(want, lg.log_end_offset):
+        records, err = read_from(m, tp, offset)
+        if err is not None:
+            problems.append(f"{tp} offset {offset} unreadable: {err}")
+        if not records:
+            break
+        for rec in records:
+            if rec.offset < want:
+                present.add(rec.offset)
+                figures.records_checked += 1
+                figures.records_lost += not check_record(i, rec, expected, problems)
+        offset = records[-1].offset + 1
+    for key in range(KEYS):
+        last = want - 1 - (want - 1 - key) % KEYS  # the key's last offset below the promise
+        while last >= 0 and (i, last) in expected.gaps:
+            last -= KEYS
+        if last >= 0 and last not in present:
+            problems.append(f"{tp} key {key}: its last promised record, offset {last}, is gone")
+            figures.records_lost += 1
+
+
 def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: str) -> None:
     """Recover ``dirs`` with a fresh LogManager and check every promise (see the module doc)."""
     m = LogManager(ManagerConfig.from_props(manager_props(dirs)), scheduler=Scheduler())  # no thread
@@ -260,46 +371,8 @@ def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: s
                 problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
             if i in NO_RETENTION and lg.log_start_offset != 0:
                 problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
-            offset = lg.log_start_offset
-            while offset < want:
-                try:
-                    batch = m.read(tp, offset, 1 << 20).records
-                except Exception as e:  # a read failing is a lost record, named below
-                    batch, err = b"", e
-                else:
-                    err = None
-                records = [rec for rec in read_records(batch) if rec.offset >= offset] if batch else []
-                if records and records[0].offset > offset and all(
-                        (i, o) in expected.gaps for o in range(offset, min(records[0].offset, want))):
-                    offset = records[0].offset  # a gap no promise covered (see Expected.gaps)
-                if offset < want and (not records or records[0].offset != offset):
-                    lost = want - offset
-                    problems.append(f"{tp} offset {offset} unreadable ({err or 'no batch'}): {lost} promised "
-                                    "records lost from there")
-                    figures.records_lost += lost
-                    break
-                for rec in records:
-                    if rec.offset >= want:
-                        break
-                    figures.records_checked += 1
-                    got = parse_value(rec.value)
-                    key = (i, rec.offset)
-                    writer = expected.writer.get(key)
-                    if got is None or got[0] != rec.offset:
-                        problems.append(f"{tp} offset {rec.offset} holds {rec.value!r}")
-                        figures.records_lost += 1
-                    elif writer is not None and got[1] != writer:
-                        problems.append(f"{tp} offset {rec.offset} holds the record of child {got[1]}, "
-                                        f"child {writer} wrote the promised one")
-                        figures.records_lost += 1
-                    elif writer is None:
-                        covered_by = expected.older.pop(key, None)
-                        if covered_by is not None and got[1] >= covered_by:
-                            problems.append(f"{tp} offset {rec.offset} holds a record of child {got[1]}, "
-                                            f"written after child {covered_by} promised it")
-                            figures.records_lost += 1
-                        expected.writer[key] = got[1]  # from now on it must stay that record
-                offset = records[-1].offset + 1
+            check = check_compacted if i == COMPACTED else check_contiguous
+            check(m, i, want, expected, figures, problems)
         for d in dirs:
             report = verify_path(d)
             if not report.ok:
@@ -317,11 +390,28 @@ def warm_up(tmp_path: Path) -> None:
     dirs = [tmp_path / "warm0", tmp_path / "warm1"]
     m = LogManager(ManagerConfig.from_props(manager_props(dirs)), scheduler=Scheduler())
     m.startup()
-    for tp in PARTITIONS:
+    for topic, props in TOPIC_PROPS.items():
+        m.update_topic_config(topic, props)
+    for i, tp in enumerate(PARTITIONS):
         m.get_or_create_log(tp)
         for k in range(3):
-            m.append(tp, build_batch([Record(k, int(time.time() * 1000), None, value_of(k, 0, 1))]))
+            m.append(tp, build_batch([Record(k, int(time.time() * 1000), key_of(i, k), value_of(k, 0, 1))]))
         m.flush(tp)
+    # the cleaner's kernels too: children inherit them compiled
+    cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+    cleaner.install_hooks(m.cleaner_hooks)
+    compacted = PARTITIONS[COMPACTED]
+    for k in range(3, 60):
+        m.append(compacted, build_batch([Record(k, int(time.time() * 1000), key_of(COMPACTED, k),
+                                                value_of(k, 0, 30))]))
+    lg = m.get_log(compacted)
+    assert lg is not None
+    lg.roll()
+    cleaner.startup()
+    try:
+        assert cleaner.await_cleaned(compacted, lg.active_segment.base_offset, max_wait_ms=60000)
+    finally:
+        cleaner.shutdown()
     m.shutdown()
     check_image(dirs, Expected(), Figures(), "warm-up")
 
@@ -388,8 +478,6 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
             else:
                 promises += 1
                 expected.add(i, a, b, starts[i], found.get(i, []))
-        if os.environ.get("PC_DEBUG"):
-            print(f"{delay:.3f} {promises} {time.monotonic() - started:.2f}")
         figures.productive += bool(promises)
         figures.promises += promises
         check = tmp_path / "check"
