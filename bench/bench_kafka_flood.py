@@ -28,6 +28,7 @@ import datetime
 import errno
 import os
 import platform
+import shlex
 import socket
 import struct
 import subprocess
@@ -38,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from logkeeper.records.builder import Record, build_batch
-from logkeeper.server.process import SidecarProcess
+from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.kafka_wire import WireClient  # noqa: E402
+from tests.kafka_wire import WireClient
 
 RESULTS = Path(__file__).parent / "results" / "kafka_flood.md"
 MIB = 1 << 20
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-connections", type=int, default=0, help="kafka.max.connections (0: the default)")
     ap.add_argument("--pythonpath", default="", help="run the sidecar from this copy of the package")
     ap.add_argument("--label", default="this commit")
+    ap.add_argument("--tls", action="store_true", help="flood an SSL:// listener (connections that never "
+                    "finish the handshake); needs the openssl command")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     if not 1 <= args.connections <= 5000 or args.seconds > 60:
@@ -156,44 +159,61 @@ def main(argv: list[str] | None = None) -> int:
         sidecar_keys["kafka.max.connections"] = args.max_connections
     env = {"PYTHONPATH": args.pythonpath} if args.pythonpath else None
     rows: list[tuple[str, int, int, int, int, str]] = []
-    with tempfile.TemporaryDirectory() as tmp, SidecarProcess(
-            tmp, {"sidecar": sidecar_keys, "topics": {"flood": {"partitions": 1}}}, env=env) as proc:
-        host, port_text = proc.kafka_bootstrap.rsplit(":", 1)
-        port = int(port_text)
-        time.sleep(1.0)
-        base = proc.rss_bytes()
-        print(f"RSS at rest: {base / MIB:.1f} MiB", flush=True)
-        phases = [
-            ("idle", b"", 0),
-            ("partial", struct.pack(">i", args.claim_mib * MIB), args.body_mib * MIB),
-            ("oversized", struct.pack(">i", 200 * MIB), MIB),
-        ]
-        for name, first, body in phases:
-            t0 = time.monotonic()
-            socks = open_many(host, port, args.connections, t0 + 20)
-            sent = push(socks, first, body, t0 + args.seconds) if first else 0
-            during = sample(proc, max(0.5, args.seconds - (time.monotonic() - t0)))
-            closed = closed_by_server(socks)
-            for s in socks:
-                s.close()
-            time.sleep(2.0)
-            after = proc.rss_bytes()
-            note = f"{len(socks)} opened, {closed} closed by the sidecar, {sent / MIB:.0f} MiB sent"
-            rows.append((name, len(socks), base, max(during), after, note))
-            print(f"{name}: RSS max during {max(during) / MIB:.1f} MiB, after {after / MIB:.1f} MiB ({note})",
-                  flush=True)
-        serves = still_serves(proc.kafka_bootstrap)
-        print(f"serves after the flood: {serves}")
-        out = proc.output()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.tls:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                            "-nodes", "-keyout", f"{tmp}/key.pem", "-out", f"{tmp}/cert.pem", "-days", "1",
+                            "-subj", "/CN=localhost"], check=True, capture_output=True, timeout=60)
+            sidecar_keys.update({"kafka.listen": ["127.0.0.1:0", "SSL://127.0.0.1:0"],
+                                 "kafka.ssl.certificate.location": f"{tmp}/cert.pem",
+                                 "kafka.ssl.key.location": f"{tmp}/key.pem"})
+        proc = SidecarProcess(Path(tmp) / "sidecar", {"sidecar": sidecar_keys, "topics": {"flood": {"partitions": 1}}},
+                              env=env)
+        with proc:
+            rows, serves, out = flood(args, proc)
     if not args.no_write:
         write_results(args, rows, serves, out)
     return 0
 
 
+def flood(args: argparse.Namespace, proc: SidecarProcess) -> tuple[list[tuple[str, int, int, int, int, str]],
+                                                                      bool, str]:
+    rows: list[tuple[str, int, int, int, int, str]] = []
+    found = KAFKA_LISTENING.findall(proc.output())
+    plain, target = found[0], found[-1]  # with --tls the flood goes to the SSL listener
+    host, port_text = target.rsplit(":", 1)
+    port = int(port_text)
+    time.sleep(1.0)
+    base = proc.rss_bytes()
+    print(f"RSS at rest: {base / MIB:.1f} MiB", flush=True)
+    phases = [
+        ("idle", b"", 0),
+        ("partial", struct.pack(">i", args.claim_mib * MIB), args.body_mib * MIB),
+        ("oversized", struct.pack(">i", 200 * MIB), MIB),
+    ]
+    for name, first, body in phases:
+        t0 = time.monotonic()
+        socks = open_many(host, port, args.connections, t0 + 20)
+        sent = push(socks, first, body, t0 + args.seconds) if first else 0
+        during = sample(proc, max(0.5, args.seconds - (time.monotonic() - t0)))
+        closed = closed_by_server(socks)
+        for s in socks:
+            s.close()
+        time.sleep(2.0)
+        after = proc.rss_bytes()
+        note = f"{len(socks)} opened, {closed} closed by the sidecar, {sent / MIB:.0f} MiB sent"
+        rows.append((name, len(socks), base, max(during), after, note))
+        print(f"{name}: RSS max during {max(during) / MIB:.1f} MiB, after {after / MIB:.1f} MiB ({note})",
+              flush=True)
+    serves = still_serves(plain)
+    print(f"serves after the flood: {serves}")
+    return rows, serves, proc.output()
+
+
 def write_results(args: argparse.Namespace, rows: list[tuple[str, int, int, int, int, str]], serves: bool,
                   output: str) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    cmd = " ".join(["bench/bench_kafka_flood.py", *(sys.argv[1:])])
+    cmd = shlex.join(["bench/bench_kafka_flood.py", *(sys.argv[1:])])
     lines = [
         f"## {args.label}: {args.connections} connections a phase, {args.seconds:.0f} s each",
         "",
@@ -201,7 +221,8 @@ def write_results(args: argparse.Namespace, rows: list[tuple[str, int, int, int,
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, tip {commit}",
         f"- machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, Python "
         f"{platform.python_version()}",
-        f"- kafka.max.connections: {args.max_connections or 'default'}",
+        f"- kafka.max.connections: {args.max_connections or 'default'}; listener flooded: "
+        f"{'SSL (connections that never finish the TLS handshake)' if args.tls else 'PLAINTEXT'}",
         "",
         "| phase | connections | RSS before MiB | RSS max during MiB | RSS after MiB | notes |",
         "|---|---:|---:|---:|---:|---|",
@@ -211,7 +232,8 @@ def write_results(args: argparse.Namespace, rows: list[tuple[str, int, int, int,
     refused = output.count("refusing connections")
     lines += ["", f"Produce and Fetch on a fresh connection after the flood: {'served' if serves else 'FAILED'}. "
               f"Refusal lines logged (at most one a second): {refused}.", "", ""]
-    text = RESULTS.read_text() if RESULTS.exists() else "# bench_kafka_flood: connection floods on the Kafka listener\n\n"
+    title = "# bench_kafka_flood: connection floods on the Kafka listener\n\n"
+    text = RESULTS.read_text() if RESULTS.exists() else title
     RESULTS.write_text(text + "\n".join(lines))
 
 

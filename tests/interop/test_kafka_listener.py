@@ -1,8 +1,8 @@
 """Stock Kafka clients against the running sidecar's Kafka listener: kcat (Debian's, fetched by
 interop/fetch_kcat.sh), confluent-kafka (librdkafka) and kafka-python produce, consume and commit
 in consumer groups; a compacted topic read from the beginning after cleaning shows the latest
-value per key; committed offsets survive a restart; malformed frames close their connection and
-harm no data."""
+value per key; committed offsets survive a restart; clients cannot produce to internal topics;
+malformed frames close their connection and harm no data."""
 
 from __future__ import annotations
 
@@ -236,6 +236,49 @@ def test_committed_offsets_survive_a_restart(tmp_path: Path) -> None:
             msg = got if got is not None and not got.error() else None
         c.close()
         assert msg is not None and (msg.offset(), msg.value()) == (4, b"x4")
+
+
+# ------------------------------------------------------------------------ internal topics
+def test_clients_cannot_produce_to_internal_topics_while_the_coordinator_still_writes(
+        sidecar: SidecarProcess, kcat: str) -> None:
+    bootstrap = sidecar.kafka_bootstrap
+    group = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "internal-guard", "enable.auto.commit": False})
+    group.commit(offsets=[ck.TopicPartition("kcat", 0, 1)], asynchronous=False)  # __consumer_offsets exists now
+    errors: list[Any] = []
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 20000})
+    producer.produce("__consumer_offsets", key=b"forged", value=b"forged", partition=0,
+                     on_delivery=lambda err, _msg: errors.append(err))
+    producer.produce("kcat", key=b"k", value=b"fine", partition=0, on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(30) == 0
+    forged = [e for e in errors if e is not None]
+    assert len(errors) == 2 and len(forged) == 1 and forged[0].code() == ck.KafkaError.TOPIC_EXCEPTION, errors
+    done = subprocess.run([kcat, "-b", bootstrap, "-P", "-t", "__consumer_offsets", "-p", "0"], input="forged\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Invalid topic" in done.stderr, (done.returncode, done.stderr)
+    wire = WireClient(bootstrap)  # __transaction_state too, existing or not (librdkafka waits 30 s for a topic)
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        refused = wire.call(m.PRODUCE, 9, _produce_body(b"forged", b"forged", topic))
+        part = refused["responses"][0]["partition_responses"][0]
+        assert (part["error_code"], part["error_message"]) == (17, f"Cannot append to internal topic {topic}")
+    wire.close()
+    group.commit(offsets=[ck.TopicPartition("kcat", 0, 2)], asynchronous=False)  # the coordinator's writes go on
+    (tp,) = group.committed([ck.TopicPartition("kcat", 0)], timeout=30)
+    group.close()
+    assert tp.offset == 2
+    reader = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "internal-reader", "enable.auto.commit": False})
+    reader.assign([ck.TopicPartition("__consumer_offsets", 0, ck.OFFSET_BEGINNING)])
+    keys: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        msg = reader.poll(0.2)
+        if msg is None:
+            if keys:
+                break
+            continue
+        if not msg.error():
+            keys.append(msg.key() or b"")
+    reader.close()
+    assert keys and b"forged" not in keys
 
 
 # ------------------------------------------------------------------------ raw protocol

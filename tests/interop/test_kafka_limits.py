@@ -1,0 +1,180 @@
+"""The Kafka listener's limits, each on a running sidecar with small values: an idle connection is
+closed (kafka.connections.max.idle.ms) while a busy one stays; one connection past
+kafka.max.connections is closed at once and its slot comes back; a frame above
+kafka.socket.request.max.bytes closes its connection without being allocated; frames wait for
+kafka.queued.max.request.bytes (backpressure) and go on once memory is released. Memory
+figures are only checked against generous bounds (no timing in pass/fail)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logkeeper.protocol import messages as m
+from logkeeper.server.process import SidecarProcess
+from tests.kafka_wire import WireClient, request_frame
+
+KIB, MIB = 1024, 1024 * 1024
+API_VERSIONS_BODY = {"client_software_name": "t", "client_software_version": "1"}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
+    """Few connections and a short idle time."""
+    root = tmp_path_factory.mktemp("kafka-limits-conn")
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.max.connections": 4,
+                          "kafka.connections.max.idle.ms": 1500}}
+    with SidecarProcess(root, config) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
+    """Small frames and a small pool of queued request bytes."""
+    root = tmp_path_factory.mktemp("kafka-limits-bytes")
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.socket.request.max.bytes": 64 * KIB,
+                          "kafka.queued.max.request.bytes": 128 * KIB}}
+    with SidecarProcess(root, config) as proc:
+        yield proc
+
+
+def closed_within(wire: WireClient, seconds: float) -> bool:
+    wire.sock.settimeout(seconds)
+    try:
+        return wire.read_frame() is None
+    except TimeoutError:
+        return False
+
+
+def answered(wire: WireClient) -> bool:
+    return wire.call(m.API_VERSIONS, 3, API_VERSIONS_BODY)["error_code"] == 0
+
+
+def test_an_idle_connection_is_closed_and_a_busy_one_stays(small: SidecarProcess) -> None:
+    idle = WireClient(small.kafka_bootstrap)
+    busy = WireClient(small.kafka_bootstrap)
+    assert answered(idle)
+    deadline = time.monotonic() + 3.5  # past the 1.5 s idle time twice over, with requests every 0.3 s
+    while time.monotonic() < deadline:
+        assert answered(busy)
+        time.sleep(0.3)
+    assert closed_within(idle, 10)
+    assert answered(busy)
+    trickle = WireClient(small.kafka_bootstrap)  # a frame that never completes is idle too
+    trickle.send_raw(struct.pack(">i", 1000) + b"\x00" * 10)
+    assert closed_within(trickle, 10)
+    for w in (idle, busy, trickle):
+        w.close()
+    assert "idle for more than 1500 ms" in small.output()
+
+
+def test_one_connection_past_max_connections_is_closed_and_the_slot_comes_back(small: SidecarProcess) -> None:
+    time.sleep(0.5)  # connections of the test before are gone
+    held = [WireClient(small.kafka_bootstrap) for _ in range(4)]
+    for w in held:
+        assert answered(w)
+    extra = WireClient(small.kafka_bootstrap)
+    extra.send_raw(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY))
+    assert closed_within(extra, 10)
+    extra.close()
+    held.pop().close()
+    deadline = time.monotonic() + 10
+    while True:  # the server sees the close asynchronously
+        again = WireClient(small.kafka_bootstrap)
+        try:
+            if answered(again):
+                break
+        except ConnectionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        finally:
+            again.close()
+    for w in held:
+        assert answered(w)
+        w.close()
+    assert "refusing connections" in small.output() and "max.connections is 4" in small.output()
+
+
+def test_an_oversized_frame_closes_the_connection_without_being_allocated(tight: SidecarProcess) -> None:
+    before = tight.rss_bytes()
+    wires = []
+    for _ in range(20):  # 20 claims of 2 GiB - 1: nothing of them may be allocated
+        w = WireClient(tight.kafka_bootstrap)
+        w.send_raw(struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 4096)
+        wires.append(w)
+    for w in wires:
+        assert closed_within(w, 10)
+        w.close()
+    just_over = WireClient(tight.kafka_bootstrap)
+    just_over.send_raw(struct.pack(">i", 64 * KIB + 1))
+    assert closed_within(just_over, 10)
+    just_over.close()
+    assert tight.rss_bytes() - before < 64 * MIB  # generous: 20 allocations would be 40 GiB
+    assert "frame of 2147483647 bytes (allowed 8-65536)" in tight.output()
+    good = WireClient(tight.kafka_bootstrap)
+    assert answered(good)
+    good.close()
+
+
+def test_frames_wait_for_queued_request_bytes_and_go_on_when_released(tight: SidecarProcess) -> None:
+    # two partial frames of 64 KiB take the whole 128 KiB pool
+    holders = []
+    for _ in range(2):
+        w = WireClient(tight.kafka_bootstrap)
+        w.send_raw(struct.pack(">i", 64 * KIB) + b"\xff" * 1000)  # API key -1: malformed once complete
+        holders.append(w)
+    time.sleep(0.5)
+    waiting = WireClient(tight.kafka_bootstrap)
+    waiting.send_raw(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 7))
+    waiting.sock.settimeout(1.5)
+    with pytest.raises(TimeoutError):  # not read: no memory for its frame
+        waiting.read_frame()
+    holders[0].close()  # its frame's memory goes back to the pool
+    waiting.sock.settimeout(10)
+    frame = waiting.read_frame()
+    assert frame is not None and frame[:4] == struct.pack(">i", 7)
+    # the other holder completes its frame (a malformed body): closed, and its memory comes back
+    holders[1].send_raw(b"\xff" * (64 * KIB - 1000))
+    assert closed_within(holders[1], 10)
+    for w in (holders[1], waiting):
+        w.close()
+    again = WireClient(tight.kafka_bootstrap)
+    assert answered(again)
+    again.close()
+
+
+def test_a_client_that_pipelines_requests_is_answered_in_order(tight: SidecarProcess) -> None:
+    sock = socket.create_connection(tight.kafka_bootstrap.rsplit(":", 1), timeout=10)  # type: ignore[arg-type]
+    sock.sendall(b"".join(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, i) for i in range(1, 51)))
+    wire = WireClient.__new__(WireClient)
+    wire.sock, wire.correlation = sock, 0
+    for i in range(1, 51):
+        frame = wire.read_frame()
+        assert frame is not None and struct.unpack(">i", frame[:4])[0] == i
+    sock.close()
+
+
+def test_rss_stays_bounded_under_a_small_flood_of_partial_frames(tight: SidecarProcess, tmp_path: Path) -> None:
+    before = tight.rss_bytes()
+    socks = []
+    for _ in range(100):
+        s = socket.create_connection(tight.kafka_bootstrap.rsplit(":", 1), timeout=10)  # type: ignore[arg-type]
+        s.setblocking(False)
+        try:
+            s.send(struct.pack(">i", 64 * KIB) + b"\x00" * (60 * KIB))
+        except BlockingIOError:
+            pass
+        socks.append(s)
+    time.sleep(1.0)
+    during = tight.rss_bytes()
+    for s in socks:
+        s.close()
+    assert during - before < 48 * MIB  # generous: the pool is 128 KiB; the old reader held 6 MiB here
+    good = WireClient(tight.kafka_bootstrap)
+    assert answered(good)
+    good.close()

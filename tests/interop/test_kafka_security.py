@@ -1,0 +1,161 @@
+"""TLS and SASL on the Kafka listener with real clients: confluent-kafka (librdkafka) and
+kafka-python over SSL, SASL_PLAINTEXT and SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512;
+a wrong password is refused and never logged; nothing but ApiVersions and the SASL exchange is
+served before authentication. The certificate is made by the ``openssl`` command (skipped
+without it), self-signed for 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaProducer
+
+from logkeeper.protocol import messages as m
+from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
+from tests.kafka_wire import WireClient
+
+PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob:with-colon"}
+PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+
+
+@dataclass
+class Secure:
+    proc: SidecarProcess
+    bootstrap: dict[str, str]
+    cert: Path
+
+
+def make_cert(root: Path) -> Path:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed: no certificate for the TLS tests")
+    cert = root / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(root / "key.pem"), "-out", str(cert), "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    return cert
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
+    root = tmp_path_factory.mktemp("kafka-secure")
+    cert = make_cert(root)
+    (root / "users").write_text("".join(f"{u}:{p}\n" for u, p in PASSWORDS.items()))
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0", "SSL://127.0.0.1:0", "SASL_PLAINTEXT://127.0.0.1:0",
+                                           "SASL_SSL://127.0.0.1:0"],
+                          "kafka.sasl.users.file": str(root / "users"),
+                          "kafka.ssl.certificate.location": str(cert),
+                          "kafka.ssl.key.location": str(root / "key.pem"),
+                          "group.initial.rebalance.delay.ms": 0},
+              "topics": {"sec": {"partitions": 1}}}
+    with SidecarProcess(root, config) as proc:
+        found = KAFKA_LISTENING.findall(proc.output())
+        assert len(found) == 4, proc.output()
+        yield Secure(proc, dict(zip(PROTOCOLS, found)), cert)
+
+
+def client_conf(secure: Secure, protocol: str, mechanism: str | None, user: str = "alice",
+                password: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": secure.bootstrap[protocol], "security.protocol": protocol}
+    if "SSL" in protocol:
+        conf["ssl.ca.location"] = str(secure.cert)
+    if mechanism is not None:
+        conf.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                     "sasl.password": PASSWORDS[user] if password is None else password})
+    return conf
+
+
+@pytest.mark.parametrize(("protocol", "mechanism"), [
+    ("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+    ("SASL_SSL", "SCRAM-SHA-512"), ("SASL_SSL", "PLAIN")])
+def test_confluent_kafka_produces_and_consumes_over_each_protocol(secure: Secure, protocol: str,
+                                                                  mechanism: str | None) -> None:
+    conf = client_conf(secure, protocol, mechanism, user="bob" if mechanism == "PLAIN" else "alice")
+    tag = f"{protocol}-{mechanism}"
+    producer = ck.Producer({**conf, "acks": "all", "linger.ms": 0})
+    for i in range(20):
+        producer.produce("sec", key=tag.encode(), value=b"%d" % i)
+    assert producer.flush(30) == 0
+    consumer = ck.Consumer({**conf, "group.id": f"g-{tag}", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})
+    consumer.subscribe(["sec"])
+    mine: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(mine) < 20 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and not msg.error() and msg.key() == tag.encode():
+            mine.append(msg.value())
+    consumer.commit(asynchronous=False)  # the group coordinator over the same protocol
+    consumer.close()
+    assert mine == [b"%d" % i for i in range(20)]
+
+
+def test_kafka_python_scram_over_sasl_ssl(secure: Secure) -> None:
+    producer = KafkaProducer(bootstrap_servers=secure.bootstrap["SASL_SSL"], security_protocol="SASL_SSL",
+                             sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="bob",
+                             sasl_plain_password=PASSWORDS["bob"], ssl_cafile=str(secure.cert), acks="all")
+    meta = producer.send("sec", key=b"kafka-python", value=b"over SASL_SSL").get(30)
+    producer.close()
+    assert meta.offset >= 0
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_a_wrong_password_is_refused_and_never_logged(secure: Secure, mechanism: str) -> None:
+    wrong = f"wrong-{mechanism}-pw"
+    admin = AdminClient({**client_conf(secure, "SASL_PLAINTEXT", mechanism, password=wrong),
+                         "reconnect.backoff.ms": 500})
+    with pytest.raises(ck.KafkaException):
+        admin.list_topics(timeout=5)
+    time.sleep(0.3)
+    out = secure.proc.output()
+    assert "SASL authentication failed" in out
+    for secret in (wrong, *PASSWORDS.values()):
+        assert secret not in out
+
+
+def test_only_the_sasl_exchange_is_served_before_authentication(secure: Secure) -> None:
+    wire = WireClient(secure.bootstrap["SASL_PLAINTEXT"], timeout_s=10)
+    got = wire.call(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    keys = {k["api_key"] for k in got["api_keys"]}
+    assert {m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE} <= keys
+    with pytest.raises(ConnectionError):
+        wire.call(m.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
+                                  "include_topic_authorized_operations": False})
+    wire.close()
+    wire = WireClient(secure.bootstrap["SASL_PLAINTEXT"], timeout_s=10)
+    got = wire.call(m.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"})
+    assert got["error_code"] == 33 and set(got["mechanisms"]) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+    assert wire.is_closed_by_server()
+    wire.close()
+    wire = WireClient(secure.bootstrap["SASL_PLAINTEXT"], timeout_s=10)
+    wire.send_raw(struct.pack(">i", 1 << 20) + b"\x00" * 64)  # above 512 KiB before authentication
+    assert wire.is_closed_by_server()
+    wire.close()
+    wire = WireClient(secure.bootstrap["SASL_PLAINTEXT"], timeout_s=10)  # PLAIN by hand
+    assert wire.call(m.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+    ok = wire.call(m.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\x00alice\x00" + PASSWORDS["alice"].encode()})
+    assert ok["error_code"] == 0
+    meta = wire.call(m.METADATA, 9, {"topics": [{"name": "sec"}], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+    assert meta["topics"][0]["error_code"] == 0
+    wire.close()
+
+
+def test_sasl_requests_elsewhere_answer_illegal_sasl_state_and_plaintext_cannot_reach_tls(secure: Secure) -> None:
+    wire = WireClient(secure.bootstrap["PLAINTEXT"], timeout_s=10)
+    assert wire.call(m.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"] == 34
+    wire.close()
+    wire = WireClient(secure.bootstrap["SSL"], timeout_s=10)  # a plaintext request on the TLS port
+    wire.send_raw(b"\x00\x00\x00\x16" + struct.pack(">hhi", m.API_VERSIONS, 0, 1) + b"\x00\x01x" + b"\x00" * 11)
+    assert wire.is_closed_by_server()
+    wire.close()
