@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from logkeeper.log.log_dir import CLEAN_SHUTDOWN_FILE
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
@@ -163,6 +165,7 @@ def warm_up(tmp_path: Path) -> None:
     check_restart(dirs, {}, "warm-up")
 
 
+@pytest.mark.timeout(max(600, 2 * ITERATIONS))  # make crash's 2000 kills outlast the default 600 s
 def test_sigkill_loses_nothing_flushed(tmp_path: Path) -> None:
     warm_up(tmp_path)
     dirs = [tmp_path / "disk0", tmp_path / "disk1"]

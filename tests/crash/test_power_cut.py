@@ -91,7 +91,9 @@ except (ImportError, OSError) as e:
     _why_not = f"{type(e).__name__}: {e}"
 if _why_not is not None and os.environ.get("LOGKEEPER_REQUIRE_FUSE") == "1":
     raise RuntimeError(f"LOGKEEPER_REQUIRE_FUSE=1 but FUSE is unusable here: {_why_not}")
-pytestmark = pytest.mark.skipif(_why_not is not None, reason=f"FUSE unusable here: {_why_not}")
+pytestmark = [pytest.mark.skipif(_why_not is not None, reason=f"FUSE unusable here: {_why_not}"),
+              # a cut takes about a second on 2 busy cores: the default 600 s is not enough for 1000
+              pytest.mark.timeout(max(600, 5 * CUTS))]
 
 
 def manager_props(dirs: list[Path]) -> dict[str, Any]:
