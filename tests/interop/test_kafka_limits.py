@@ -28,7 +28,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
     """Few connections and a short idle time."""
     root = tmp_path_factory.mktemp("kafka-limits-conn")
     config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.max.connections": 4,
-                          "kafka.connections.max.idle.ms": 1500}}
+                          "kafka.connections.max.idle.ms": 1500}, "topics": {"big": {"partitions": 1}}}
     with SidecarProcess(root, config) as proc:
         yield proc
 
@@ -70,6 +70,44 @@ def test_an_idle_connection_is_closed_and_a_busy_one_stays(small: SidecarProcess
     assert closed_within(trickle, 10)
     for w in (idle, busy, trickle):
         w.close()
+    assert "idle for more than 1500 ms" in small.output()
+
+
+def test_a_client_that_does_not_read_its_answers_goes_idle(small: SidecarProcess) -> None:
+    time.sleep(0.5)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = small.kafka_bootstrap.rsplit(":", 1)
+    sock.connect((host, int(port)))
+    # DescribeConfigs answers are ~800 bytes: 20,000 of them are more than the socket buffers hold
+    one = request_frame(m.DESCRIBE_CONFIGS, 1, {"resources": [{"resource_type": 2, "resource_name": "big",
+                                                                "configuration_keys": None}],
+                                                 "include_synonyms": False})
+    data = memoryview(one * 20000)
+    sock.setblocking(False)
+    deadline = time.monotonic() + 20
+    while data and time.monotonic() < deadline:
+        try:
+            data = data[sock.send(data):]
+        except BlockingIOError:
+            time.sleep(0.05)
+    time.sleep(4.0)  # not reading for longer than the idle time while the sidecar's answers wait for us
+    sock.setblocking(True)
+    sock.settimeout(20)
+    answers, buf = 0, b""
+    while True:  # now read: the sidecar must have closed the connection before answering everything
+        try:
+            chunk = sock.recv(1 << 20)
+        except ConnectionResetError:  # closed with our unread requests in its buffer: a reset
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
+            buf = buf[4 + struct.unpack(">i", buf[:4])[0]:]
+            answers += 1
+    sock.close()
+    assert answers < 20000
     assert "idle for more than 1500 ms" in small.output()
 
 

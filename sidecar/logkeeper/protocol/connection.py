@@ -15,8 +15,9 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
 3. the frame's buffer is allocated (an anonymous mmap for big frames: its pages exist only as
    bytes arrive) and filled from the socket, then reading stops (the connection is muted while
    its request is handled, as Kafka does, so requests are answered in order);
-4. the request is handled, its response written (waiting while the transport's buffer is full),
-   the frame's bytes go back to the pool, and the next size is read.
+4. the request is handled, the frame's bytes go back to the pool, the response is written
+   (waiting while the transport's buffer is full: a client that does not read its answers goes
+   idle, holding no pool memory), and the next size is read.
 
 So a connection costs its objects and at most a 16 KiB spill buffer (bytes a TLS record carried
 past the frame); the frames of all connections together never exceed the pool.
@@ -279,6 +280,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             self.busy = False
         buf: bytearray | mmap.mmap | None = None
+        response: bytes | None = None
+        closing: CloseConnection | None = None
         try:
             buf = allocate_frame(size)
             view = memoryview(buf)
@@ -292,21 +295,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 try:
                     response = await self._handle(view)
                 except CloseConnection as e:
-                    if e.response is not None:
-                        await self.write(e.response)
-                    log.log(e.level, "kafka: closing the connection from %s: %s", self.peer_host, e)
-                    return False
+                    closing = e
                 except MalformedError as e:
                     self._log_malformed(view, e)
                     return False
-                if response is not None:
-                    await self.write(response)
             finally:
                 view.release()
         finally:
+            # the frame's memory goes back before the answer is written: a client that does not read
+            # its answers holds no pool memory, and is not busy (it goes idle and is closed)
             self.busy = False
             free_frame(buf)
             pool.release(size)
+        if closing is not None:
+            if closing.response is not None:
+                await self.write(closing.response)
+            log.log(closing.level, "kafka: closing the connection from %s: %s", self.peer_host, closing)
+            return False
+        if response is not None:
+            await self.write(response)
         self.last_active = time.monotonic()
         self._target(memoryview(self._head))
         return not self._closed
