@@ -42,7 +42,7 @@ from ..protocol.listener import KafkaListener
 from .auth import TokenFile
 from .config import SidecarConfig, load_config
 from .http_api import Api, build_app
-from .http_limits import ConnectionLimit, LimitedSite
+from .http_limits import READ_BUFSIZE, ConnectionLimit, LimitedSite
 from .service import Sidecar
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,8 @@ async def serve(config: SidecarConfig, token: TokenFile, out: TextIO) -> int:
     # keepalive_timeout: aiohttp closes a connection that has no request in progress after it,
     # including one still sending its request line and headers (http_limits.py)
     runner = web.AppRunner(build_app(Api(sidecar, settings, token, pool)), access_log=None, handle_signals=False,
-                           shutdown_timeout=drain_s, keepalive_timeout=settings.http_connections_max_idle_ms / 1000.0)
+                           shutdown_timeout=drain_s, keepalive_timeout=settings.http_connections_max_idle_ms / 1000.0,
+                           read_bufsize=READ_BUFSIZE)
     await runner.setup()
     kafka = KafkaListener(sidecar, settings, pool) if settings.kafka_listen else None
     connections = ConnectionLimit(settings.http_max_connections)  # one bound over every listen address
