@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 
 from logkeeper.protocol import messages as m
-from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
+from logkeeper.server.process import KAFKA_LISTENING, SidecarError, SidecarProcess
 from tests.kafka_wire import WireClient
 
 PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob:with-colon"}
@@ -159,3 +159,12 @@ def test_sasl_requests_elsewhere_answer_illegal_sasl_state_and_plaintext_cannot_
     wire.send_raw(b"\x00\x00\x00\x16" + struct.pack(">hhi", m.API_VERSIONS, 0, 1) + b"\x00\x01x" + b"\x00" * 11)
     assert wire.is_closed_by_server()
     wire.close()
+
+
+def test_a_sasl_listener_without_its_users_file_does_not_start(tmp_path: Path) -> None:
+    config = {"sidecar": {"kafka.listen": ["SASL_PLAINTEXT://127.0.0.1:0"],
+                          "kafka.sasl.users.file": str(tmp_path / "missing")}}
+    proc = SidecarProcess(tmp_path / "sidecar", config)
+    with pytest.raises(SidecarError, match="exited with status 1"):
+        proc.start(timeout_s=60)
+    assert "cannot read the SASL users file" in proc.output()

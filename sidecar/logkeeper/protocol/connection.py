@@ -238,6 +238,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("kafka: closing the connection from %s: request failed", self.peer_host)
         finally:
             self.close()
+            # asyncio's TLS layer does not call connection_lost when the handshake fails: forget here too
+            self.listener.forget(self)
 
     async def _start_tls(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -249,6 +251,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                              ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as e:
             log.info("kafka: TLS handshake with %s failed: %s", self.peer_host, e)
+            # the handshake's future keeps this exception, whose traceback keeps start_tls' frame, which
+            # keeps the future and the TLS layer (a 256 KiB buffer): a cycle only the full collector
+            # frees, so a flood of failed handshakes piled up hundreds of MiB; cut it here
+            e.__traceback__ = None
             return False
         if transport is None or self._closed:
             return False

@@ -192,7 +192,9 @@ class KafkaListener:
         ctx.coordinator.start()
         ctx.producer_ids = handlers_meta.ProducerIdAllocator(sidecar.clock_ms())
         self.ctx = ctx
-        advertised = [parse_listen_address(a) for a in self.settings.kafka_advertised_listeners]
+        # an advertised entry may carry its listener's protocol, as in Kafka's advertised.listeners
+        advertised = [parse_listen_address(a.partition("://")[2] or a)
+                      for a in self.settings.kafka_advertised_listeners]
         for i, (protocol, host, port) in enumerate(listeners):
             endpoint = Endpoint(protocol, ssl_context if protocol in ("SSL", "SASL_SSL") else None,
                                 advertised[i] if advertised else None)
