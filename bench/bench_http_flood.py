@@ -9,7 +9,7 @@ Phases, one after the other, every connection held until the end of the flood:
   slow-headers    connections that send half a request head and stop
   partial-bodies  authenticated produce requests declaring max.request.bytes that send 1 MiB of it
                   and stop (the memory-heavy case: without a bound each would hold its body)
-  full-bodies     authenticated produce requests of 1 MiB sent whole (served while the rest is held)
+  full-bodies     authenticated produce requests of 256 KiB sent whole (served while the rest is held)
 Then every connection is closed and RSS read again after a pause; --rounds repeats the flood on
 the same process (RSS that the allocator kept from one round is reused by the next). Loopback only; every phase
 is bounded in count and in time (PHASE_BOUND_S). ``--sidecar http.max.connections=100000
@@ -142,7 +142,7 @@ async def flood(proc: SidecarProcess, args: argparse.Namespace, first: bool = Tr
             f"\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
     await f.phase(args.partial_bodies, head, b'{"records": [{"value": "' + b"v" * (MIB - 25))
     out["after_partial_bodies"] = proc_status(pid)
-    statuses = await f.full_bodies(args.full_bodies, MIB)
+    statuses = await f.full_bodies(args.full_bodies, 256 * 1024)  # under max.message.bytes
     out["full_bodies_status"] = {str(s): statuses.count(s) for s in sorted(set(statuses))}
     out["during"] = proc_status(pid)
     out["fds_during"] = open_fds(pid)
