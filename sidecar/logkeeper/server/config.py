@@ -110,7 +110,8 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
             "Who may read /metrics: token, or none for a Prometheus that scrapes without the token.",
             one_of("token", "none")),
     Setting("http.max.connections", int, 256,
-            "Most HTTP connections open at once; more are answered 503 and closed (Kafka's max.connections).",
+            "Most HTTP connections open at once on each listen address; more are answered 503 and closed "
+            "(Kafka's max.connections).",
             at_least(1)),
     Setting("http.connections.max.idle.ms", int, 60000,
             "An HTTP connection with no request in progress (or still sending its headers) is closed after this "

@@ -1,9 +1,10 @@
 """Bounds on what HTTP clients can make the sidecar hold: connections, idle time, body reads.
 
-- ``LimitedSite``: a TCP site whose connections are counted; past ``http.max.connections`` a new
-  connection is answered ``503 too_many_connections`` and closed before aiohttp sees it, so a
-  connection flood costs a socket and a few hundred bytes each, not a request handler with its
-  buffers (Kafka's max.connections, which stops accepting instead: HTTP clients get a reason).
+- ``LimitedSite``: a TCP site whose connections are counted; past ``http.max.connections`` (on
+  each listen address: a flood of the pod IP leaves loopback its own) a new connection is
+  answered ``503 too_many_connections`` and closed before aiohttp sees it, so a connection flood
+  costs a socket and a few hundred bytes each, not a request handler with its buffers (Kafka's
+  max.connections, which stops accepting instead: HTTP clients get a reason).
 - idle connections (and connections still sending their request line and headers, the slowloris
   case) are closed by aiohttp's keep-alive timer, set from ``http.connections.max.idle.ms``
   (main.py passes it to the runner);

@@ -3,8 +3,8 @@
 1. The config file is loaded (config.py; exit 2 with one line naming the file and key when it
    is wrong) and the token file read (exit 2 when unreadable or empty).
 2. The HTTP server listens at once (``listening on http://HOST:PORT`` is printed per address,
-   with the port taken when the config says 0), at most http.max.connections connections over
-   all of them (http_limits.py): /healthz answers, /readyz and the data endpoints answer 503
+   with the port taken when the config says 0), at most http.max.connections connections on
+   each (http_limits.py): /healthz answers, /readyz and the data endpoints answer 503
    not_ready while
 3. the Sidecar starts in a thread of its own (service.py: locks, recovery, cleaner threads).
    Then, when ``kafka.listen`` names addresses, the Kafka listener loads the committed offsets
@@ -96,10 +96,11 @@ async def serve(config: SidecarConfig, token: TokenFile, out: TextIO) -> int:
                            read_bufsize=READ_BUFSIZE)
     await runner.setup()
     kafka = KafkaListener(sidecar, settings, pool) if settings.kafka_listen else None
-    connections = ConnectionLimit(settings.http_max_connections)  # one bound over every listen address
     try:
         for host, port in settings.listen_addresses:
-            await LimitedSite(runner, host, port, connections).start()
+            # a bound per address: a flood of the pod-network address leaves the loopback one
+            # (the pod's own applications) its connections
+            await LimitedSite(runner, host, port, ConnectionLimit(settings.http_max_connections)).start()
     except OSError as e:
         await runner.cleanup()
         print(f"logkeeper sidecar: cannot listen on {', '.join(settings.listen)}: {e}", file=sys.stderr)
