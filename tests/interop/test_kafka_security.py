@@ -168,3 +168,23 @@ def test_a_sasl_listener_without_its_users_file_does_not_start(tmp_path: Path) -
     with pytest.raises(SidecarError, match="exited with status 1"):
         proc.start(timeout_s=60)
     assert "cannot read the SASL users file" in proc.output()
+
+
+def test_ssl_client_auth_required_admits_only_clients_with_a_certificate(tmp_path: Path) -> None:
+    server_cert = make_cert(tmp_path)
+    client_dir = tmp_path / "client"
+    client_dir.mkdir()
+    client_cert = make_cert(client_dir)  # self-signed: it is its own CA
+    config = {"sidecar": {"kafka.listen": ["SSL://127.0.0.1:0"],
+                          "kafka.ssl.certificate.location": str(server_cert),
+                          "kafka.ssl.key.location": str(tmp_path / "key.pem"),
+                          "kafka.ssl.client.auth": "required", "kafka.ssl.ca.location": str(client_cert)},
+              "topics": {"mtls": {"partitions": 1}}}
+    with SidecarProcess(tmp_path / "sidecar", config) as proc:
+        base = {"bootstrap.servers": proc.kafka_bootstrap, "security.protocol": "SSL",
+                "ssl.ca.location": str(server_cert)}
+        with pytest.raises(ck.KafkaException):
+            AdminClient({**base, "reconnect.backoff.ms": 500}).list_topics(timeout=5)
+        admin = AdminClient({**base, "ssl.certificate.location": str(client_cert),
+                             "ssl.key.location": str(client_dir / "key.pem")})
+        assert "mtls" in admin.list_topics(timeout=30).topics
