@@ -13,14 +13,16 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    ``kafka.queued.max.request.bytes``); while it does not fit the socket is not read
    (backpressure: the client waits in TCP);
 3. the frame's buffer is allocated (an anonymous mmap for big frames: its pages exist only as
-   bytes arrive) and filled from the socket, then reading stops (the connection is muted while
-   its request is handled, as Kafka does, so requests are answered in order);
+   bytes arrive) and filled from the socket; bytes past it (a pipelined next request) are read
+   ahead into a spill of at most 16 KiB, then the socket is paused (the connection is muted
+   while its request is handled, as Kafka does, so requests are answered in order). Pausing only
+   then spares two epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
    (waiting while the transport's buffer is full: a client that does not read its answers goes
    idle, holding no pool memory), and the next size is read.
 
-So a connection costs its objects and at most a 16 KiB spill buffer (bytes a TLS record carried
-past the frame); the frames of all connections together never exceed the pool.
+So a connection costs its objects and at most ~32 KiB of read-ahead; the frames of all
+connections together never exceed the pool.
 
 TLS: the TCP connection is accepted (and counted against ``kafka.max.connections``) first, then
 upgraded with ``loop.start_tls``, so a flood of handshakes cannot pass the connection limit; a
@@ -66,7 +68,8 @@ AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (100)
 SPILL_CHUNK = 16 * 1024
-SPILL_MAX = 1024 * 1024
+SPILL_PAUSE = 16 * 1024  # bytes read ahead of the current buffer before the socket is paused
+SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is broken: close
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
 
 
@@ -123,6 +126,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reading_ready = not endpoint.ssl_context  # False until start_tls hands over its transport
         self._wakeup = asyncio.Event()
         self._closed = False
+        self._eof = False
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
 
@@ -142,7 +146,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._filled < len(self._view):
             return self._view[self._filled:]
-        # only when a transport delivers after we asked it to pause (start_tls' hand-over)
+        # read-ahead past the current buffer (the next request's first bytes), up to SPILL_PAUSE
         if self._spill_chunk is None:
             self._spill_chunk = bytearray(SPILL_CHUNK)
         return memoryview(self._spill_chunk)
@@ -156,14 +160,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if len(self._spill) > SPILL_MAX:
                 self._abort("more than 1 MiB past a frame while muted")
                 return
-        if self._filled >= len(self._view):
-            self._pause()
+            if len(self._spill) >= SPILL_PAUSE:
+                self._pause()  # muted: a pipelining client waits in TCP until its turn
         self._wakeup.set()
 
     def eof_received(self) -> bool:
-        self._closed = True
+        # the client may have half-closed after its last request: it still gets its answer, then the
+        # connection closes (TLS has no half-close: asyncio closes it whatever we answer)
+        self._eof = True
         self._wakeup.set()
-        return False
+        return self.endpoint.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -197,7 +203,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _fill(self) -> bool:
         """Wait until the target is full; False when the connection ended first."""
         while self._filled < len(self._view):
-            if self._closed:
+            if self._closed or self._eof:
                 return False
             self._wakeup.clear()
             if self._reading_ready:
@@ -259,7 +265,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if transport is None or self._closed:
             return False
         self.transport, self._reading_ready = transport, True
-        if self._filled >= len(self._view):
+        if len(self._spill) >= SPILL_PAUSE:
             transport.pause_reading()
         return True
 
