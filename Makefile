@@ -116,6 +116,14 @@ e2e: setup
 kind-e2e:
 	bash e2e/kind-e2e.sh
 
+# The logkeeper image without a daemon (issue 18): image/build.sh builds image/recipe.env's image (the
+# Dockerfile is generated from the same recipe) from Debian packages (mmdebstrap) and the pinned
+# wheels, as an OCI archive in .cache/image for `ctr images import`; each layer is cached, a new
+# digest is run under runc (uid 10001, read-only root). Prints the digest and the size. Needs root.
+.PHONY: image
+image:
+	nice bash image/build.sh
+
 # Every in-process benchmark (about 20 min on 2 cores); each writes its table to bench/results/.
 # bench-kafka (a real broker) and the Spark benchmark have their own targets.
 bench: setup
