@@ -14,14 +14,14 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    (backpressure: the client waits in TCP);
 3. the frame's buffer is allocated (an anonymous mmap for big frames: its pages exist only as
    bytes arrive) and filled from the socket; bytes past it (a pipelined next request) are read
-   ahead into a spill of at most 16 KiB, then the socket is paused (the connection is muted
+   ahead into a spill of at most 8 KiB, then the socket is paused (the connection is muted
    while its request is handled, as Kafka does, so requests are answered in order). Pausing only
    then spares two epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
    (waiting while the transport's buffer is full: a client that does not read its answers goes
    idle, holding no pool memory), and the next size is read.
 
-So a connection costs its objects and at most ~32 KiB of read-ahead; the frames of all
+So a connection costs its objects (~2 KiB) and at most 8 KiB of read-ahead; the frames of all
 connections together never exceed the pool.
 
 TLS: the TCP connection is accepted (and counted against ``kafka.max.connections``) first, then
@@ -67,8 +67,12 @@ SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
 AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (100)
-SPILL_CHUNK = 16 * 1024
-SPILL_PAUSE = 16 * 1024  # bytes read ahead of the current buffer before the socket is paused
+SPILL_CHUNK = 4 * 1024
+SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
+# One scratch buffer for every connection's read-ahead: a transport calls get_buffer, fills the
+# buffer and calls buffer_updated in one go on the loop's thread, and buffer_updated copies it out
+# at once, so no connection needs its own (2,000 connections flooding cost 62 MiB with one each).
+_SCRATCH = memoryview(bytearray(SPILL_CHUNK))
 SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is broken: close
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
 
@@ -122,7 +126,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._view: memoryview = memoryview(self._head)
         self._filled = 0
         self._spill = bytearray()
-        self._spill_chunk: bytearray | None = None
         self._reading_ready = not endpoint.ssl_context  # False until start_tls hands over its transport
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -147,16 +150,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._filled < len(self._view):
             return self._view[self._filled:]
         # read-ahead past the current buffer (the next request's first bytes), up to SPILL_PAUSE
-        if self._spill_chunk is None:
-            self._spill_chunk = bytearray(SPILL_CHUNK)
-        return memoryview(self._spill_chunk)
+        return _SCRATCH
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._filled < len(self._view):
             self._filled += nbytes
         else:
-            chunk = self._spill_chunk if self._spill_chunk is not None else bytearray()
-            self._spill += chunk[:nbytes]
+            self._spill += _SCRATCH[:nbytes]
             if len(self._spill) > SPILL_MAX:
                 self._abort("more than 1 MiB past a frame while muted")
                 return
