@@ -125,7 +125,8 @@ def write_image(layers: list[Path], created: str, arch: str, layout: Path, archi
     index = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{**manifest_desc, "annotations": {
+        "manifests": [{**manifest_desc, "platform": {"architecture": config["architecture"], "os": "linux"},
+                       "annotations": {
             # umoci and skopeo find the image by this tag; containerd's import names it by the other
             "org.opencontainers.image.ref.name": version,
             "io.containerd.image.name": name,
@@ -133,6 +134,13 @@ def write_image(layers: list[Path], created: str, arch: str, layout: Path, archi
     }
     (layout / "index.json").write_bytes(_json(index))
     (layout / "oci-layout").write_bytes(_json({"imageLayoutVersion": "1.0.0"}))
+    summary = {"name": name, "digest": manifest_desc["digest"], "config": config_desc["digest"],
+               "size": manifest_desc["size"] + config_desc["size"] + sum(i["size"] for i in infos),
+               "unpacked": sum(i["unpacked"] for i in infos), "layers": len(infos), "archive": str(archive)}
+    stamp = archive.with_name(archive.name + ".digest")
+    if archive.exists() and stamp.exists() and stamp.read_text() == summary["digest"]:
+        return summary  # the archive of this very image is there (a rerun)
+    stamp.unlink(missing_ok=True)
     tmp = archive.with_name(archive.name + ".tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(layout.rglob("*")):
@@ -145,9 +153,8 @@ def write_image(layers: list[Path], created: str, arch: str, layout: Path, archi
             else:
                 tar.addfile(info)
     os.replace(tmp, archive)
-    return {"name": name, "digest": manifest_desc["digest"], "config": config_desc["digest"],
-            "size": manifest_desc["size"] + config_desc["size"] + sum(i["size"] for i in infos),
-            "unpacked": sum(i["unpacked"] for i in infos), "layers": len(infos), "archive": str(archive)}
+    stamp.write_text(summary["digest"])
+    return summary
 
 
 def runtime_config(bundle: Path, args: list[str]) -> None:
