@@ -11,7 +11,7 @@ PLAIN_PTH = $(PY) -c 'import glob, sysconfig; [open(p, "w").write("$(CURDIR)/sid
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
-.PHONY: setup compile constraints demo test unit lint bench bench-kafka bench-spark kcat crash interop spark e2e kind-e2e crds chart clean
+.PHONY: setup compile constraints demo test unit lint bench bench-kafka bench-spark kcat fuse crash interop spark e2e kind-e2e crds chart clean
 
 setup: $(STAMP) compile
 
@@ -45,9 +45,18 @@ lint: setup
 kcat:
 	@bash interop/fetch_kcat.sh >/dev/null
 
+# libfuse3 and fusermount3 (Debian's fuse3) for the power-cut tests' FUSE file system
+# (tests/crash/powercut_fs.py), installed when missing and we are root; without them those tests
+# say why they skip (make crash fails instead).
+fuse:
+	@ldconfig -p | grep -q 'libfuse3\.so\.3' && command -v fusermount3 >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3; } >/dev/null; } || \
+		echo "make fuse: libfuse3/fusermount3 missing and not installable here: the power-cut tests skip"
+
 # The default suite: unit, behaviour, interop with kafka-python, confluent-kafka and kcat against
 # the Kafka listener, crash tests (bounded).
-test: setup lint kcat
+test: setup lint kcat fuse
 	$(PY) -m pytest -q -n 2 tests/unit tests/behaviour tests/interop tests/crash $(PYTEST_ARGS)
 
 unit: setup
@@ -57,11 +66,7 @@ unit: setup
 # keeps only what was fsynced (tests/crash/test_power_cut.py; needs /dev/fuse and libfuse3: Debian's
 # fuse3 is installed here when missing and we are root); the figures are printed at the end.
 CRASH_REPORT := .cache/crash-report.txt
-crash: setup
-	@ldconfig -p | grep -q 'libfuse3\.so\.3' && command -v fusermount3 >/dev/null || \
-		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3; } >/dev/null; } || \
-		echo "make crash: libfuse3/fusermount3 missing and not installable here"
+crash: setup fuse
 	@mkdir -p .cache && rm -f $(CRASH_REPORT)
 	LOGKEEPER_CRASH_ITERATIONS=2000 LOGKEEPER_POWER_CUTS=1000 LOGKEEPER_REQUIRE_FUSE=1 \
 		LOGKEEPER_CRASH_REPORT=$(CRASH_REPORT) $(PY) -m pytest -q tests/crash $(PYTEST_ARGS); rc=$$?; \

@@ -10,6 +10,7 @@ system that forgets what was not fsynced.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,36 @@ def test_a_load_that_changed_files_syncs_the_directory(tmp_path: Path, syncs: Di
     assert again.load_report.deleted_files == [leftover.name]
     assert [d for d, _f, _rp in syncs.calls] == [again.dir]
     assert leftover.name not in syncs.calls[0][1]
+
+
+def test_a_clean_close_fsyncs_the_active_indexes_after_their_final_entry_and_trim(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shutdown flushes, then closing appends the final time index entry and trims both
+    indexes; the clean-shutdown marker written next tells the next start to trust them, so they
+    must be on disk before it (found by the power-cut harness: the loader had to rebuild them)."""
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    lg.flush()
+    active = lg.active_segment
+    synced: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((path.name, path.stat().st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    lg.close(sync_indexes=True)
+    sizes = dict(synced)
+    assert sizes[active.offset_index.path.name] == active.offset_index.path.stat().st_size  # trimmed, then synced
+    assert sizes[active.time_index.path.name] == active.time_index.path.stat().st_size == 12  # its final entry
+
+
+def test_a_plain_close_writes_no_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    lg.close()
+    assert calls == []

@@ -11,6 +11,7 @@ from logkeeper.errors import InvalidConfigError
 from logkeeper.log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS
 from logkeeper.server.config import (
     SIDECAR_SETTINGS,
+    config_from_document,
     env_name,
     env_overrides_map,
     load_config,
@@ -141,3 +142,9 @@ def test_topic_configs_are_parsed_as_kafka_types() -> None:
         "cleanup.policy": ["compact", "delete"], "retention.ms": -1}
     with pytest.raises(InvalidConfigError, match="must be at most 9223372036854775807"):
         validate_topic_configs({"retention.ms": 1 << 63})
+
+
+def test_the_old_kafka_max_request_bytes_key_names_its_new_name(tmp_path: Path) -> None:
+    doc = {"sidecar": {"kafka.max.request.bytes": 1 << 20}, "node": {"log.dirs": [str(tmp_path)]}}
+    with pytest.raises(InvalidConfigError, match=r"kafka\.socket\.request\.max\.bytes"):
+        config_from_document(doc, str(tmp_path / "s.yaml"), {})

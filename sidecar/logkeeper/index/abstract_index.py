@@ -392,13 +392,21 @@ class AbstractIndex(ABC):
             if self._writable and self._mm is not None:
                 self._mm.flush()
 
-    def close(self) -> None:
-        """Trim to the valid size (writable only) and unmap. Raises ValueError if already unmapped."""
+    def close(self, *, sync: bool = False) -> None:
+        """Trim to the valid size (writable only) and unmap. Raises ValueError if already unmapped.
+        With ``sync``, the entries and the trimmed length are fsynced too (a clean shutdown: the
+        next start trusts the index as it is on disk)."""
         with self._lock:
             self._buffer()
             if self._writable:
                 self.trim_to_valid_size()
             self.close_handler()
+            if sync and self._writable:
+                fd = os.open(self._path, os.O_RDONLY)  # fsync writes the mapped pages and the length
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def close_handler(self) -> None:
         """Unmap without trimming; safe to repeat. Every later use of the index raises ValueError."""

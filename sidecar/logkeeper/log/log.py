@@ -494,13 +494,16 @@ class Log:
         if self.closed:
             raise RuntimeError(f"log {self.name} is closed")
 
-    def close(self) -> None:
-        """Flush nothing (the caller decides), trim the active indexes, release the files."""
+    def close(self, *, sync_indexes: bool = False) -> None:
+        """Flush nothing (the caller decides), trim the active indexes, release the files. With
+        ``sync_indexes`` (a clean shutdown, after a flush) the active segment's index changes made
+        by closing it are fsynced: the clean-shutdown marker tells the next start to trust them."""
         with self._lock:
             if self.closed:
                 return
+            active = self.segments.last
             for segment in self.segments.values():
-                segment.close()
+                segment.close(sync=sync_indexes and segment is active)
             for _when, segments in self._pending_deletes:
                 for segment in segments:
                     segment.close_handlers()

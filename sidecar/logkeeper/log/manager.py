@@ -541,7 +541,7 @@ class LogManager:
         def close_one(lg: Log) -> None:
             try:
                 lg.flush()
-                lg.close()
+                lg.close(sync_indexes=True)
             except BaseException:
                 lg.close_handlers()
                 raise

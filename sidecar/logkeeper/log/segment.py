@@ -401,12 +401,14 @@ class LogSegment:
         self.offset_index.resize(size)
         self.time_index.resize(size)
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = False) -> None:
+        """Release the files; the final time index entry and the indexes' trim are written here,
+        after any flush, so ``sync`` fsyncs them (a clean shutdown's marker promises them)."""
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                                          skip_full_check=True)
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.close(sync=sync)
+        self.time_index.close(sync=sync)
         self.txn_index.close()
         self.log.close()
 

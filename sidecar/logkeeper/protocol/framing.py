@@ -15,7 +15,7 @@ Response header (v0; v1 in flexible versions, except ApiVersions which always us
     correlation_id  int32
     tagged fields   (v1 only)
 
-A frame shorter than the fixed 8 header bytes or larger than ``kafka.max.request.bytes``, an
+A frame shorter than the fixed 8 header bytes or larger than ``kafka.socket.request.max.bytes``, an
 unknown API key, a version outside the schemas, or a body that does not decode is malformed:
 the listener closes that connection and nothing of the request is acted upon.
 """

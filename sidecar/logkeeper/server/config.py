@@ -427,6 +427,9 @@ def config_from_document(doc: Any, source: str, environ: Mapping[str, str]) -> S
     if "auth.reads" in sections["sidecar"]:  # the key of versions whose reads were open by default
         raise InvalidConfigError(f"{source}: sidecar key 'auth.reads' is gone: reads need the token by default; "
                                  f"set http.read.auth: none to open them on purpose")
+    if "kafka.max.request.bytes" in sections["sidecar"]:  # renamed to Kafka's own name
+        raise InvalidConfigError(f"{source}: sidecar key 'kafka.max.request.bytes' is now "
+                                 f"'kafka.socket.request.max.bytes' (Kafka's name); rename it")
     _check_keys("sidecar", sections["sidecar"], SIDECAR_SETTINGS.by_key, source)
     _check_keys("node", sections["node"], _NODE_KEYS, source)
     _check_keys("cleaner", sections["cleaner"], CLEANER_SETTINGS.by_key, source)
