@@ -162,6 +162,60 @@ async def flood(proc: SidecarProcess, args: argparse.Namespace, first: bool = Tr
     return out
 
 
+RESULTS = Path(__file__).parent / "results" / "http_flood.md"
+UNBOUNDED = {"http.max.connections": "100000", "http.queued.max.request.bytes": str(2 * 1024 * MIB)}
+
+
+def run_one(settings: dict[str, str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="logkeeper-flood-") as root:
+        if args.keep:
+            root = args.keep
+        with SidecarProcess(root, {"sidecar": settings}) as proc:
+            results = []
+            for n in range(1, args.rounds + 1):
+                result = asyncio.run(flood(proc, args, first=n == 1))
+                result["settings"], result["round"] = settings, n
+                mib = {k: round(v["VmRSS"] / MIB, 1) for k, v in result.items()
+                       if isinstance(v, dict) and "VmRSS" in v}
+                print(json.dumps(result, indent=1))
+                print(f"round {n}: RSS MiB: {mib}; sampled peak {result['rss_peak_sampled'] / MIB:.1f}; "
+                      f"VmHWM {result['after']['VmHWM'] / MIB:.1f}", file=sys.stderr)
+                results.append(result)
+            return results
+
+
+def write_results(args: argparse.Namespace, bounded: list[dict[str, Any]], unbounded: list[dict[str, Any]]) -> None:
+    """The defaults against the same flood with the limits raised out of the way, one run."""
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    flood_desc = (f"{args.idle} idle, {args.slow_headers} slow-header, {args.partial_bodies} stalled "
+                  f"{args.declared_bytes // 1024} KiB bodies (1 MiB sent), {args.full_bodies} produces of 256 KiB")
+    lines = ["# HTTP connection flood: resident memory of the sidecar (issue 17 point 5)", "",
+             f"{time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()}, "
+             f"`.venv/bin/python bench/bench_http_flood.py --results --rounds {args.rounds}`", "",
+             f"Flood per round: {flood_desc}; loopback, every phase bounded in count and time. RSS from "
+             "/proc (VmRSS; peak: sampled every 0.2 s and the kernel's VmHWM).", "",
+             "| settings | round | before MiB | peak sampled MiB | VmHWM MiB | after MiB | open fds during | "
+             "produces answered | /healthz after |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, results in (("defaults", bounded), ("limits out of the way (baseline)", unbounded)):
+        for r in results:
+            lines.append(f"| {name} | {r['round']} | {r['before']['VmRSS'] / MIB:.1f} | "
+                         f"{r['rss_peak_sampled'] / MIB:.1f} | {r['after']['VmHWM'] / MIB:.1f} | "
+                         f"{r['after']['VmRSS'] / MIB:.1f} | {r['fds_during']} | {r['full_bodies_status']} | "
+                         f"{r['healthz_after']} |")
+    peak_b = max(r["rss_peak_sampled"] for r in bounded)
+    peak_u = max(r["rss_peak_sampled"] for r in unbounded)
+    lines += ["", f"Peak RSS, defaults / baseline: {peak_b / MIB:.1f} / {peak_u / MIB:.1f} MiB = "
+                  f"{peak_b / peak_u:.2f}x. With the defaults the flood holds every connection slot "
+                  "(http.max.connections per address), so the produces sent during it are refused with 503 "
+                  "and the process stays at its resting size; /healthz answers once the flood ends.", ""]
+    RESULTS.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_http_flood")
     p.add_argument("--idle", type=int, default=2000)
@@ -172,20 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="floods one after the other, on one sidecar")
     p.add_argument("--keep", default="", help="run in this directory and keep it (the sidecar's output)")
     p.add_argument("--sidecar", action="append", default=[], metavar="KEY=VALUE", help="a sidecar setting")
+    p.add_argument("--results", action="store_true",
+                   help=f"run the defaults and the same flood with the limits out of the way; write {RESULTS.name}")
     args = p.parse_args(argv)
     settings = dict(kv.split("=", 1) for kv in args.sidecar)
-    with tempfile.TemporaryDirectory(prefix="logkeeper-flood-") as root:
-        if args.keep:
-            root = args.keep
-        with SidecarProcess(root, {"sidecar": settings}) as proc:
-            for n in range(1, args.rounds + 1):
-                result = asyncio.run(flood(proc, args, first=n == 1))
-                result["settings"], result["round"] = settings, n
-                mib = {k: round(v["VmRSS"] / MIB, 1) for k, v in result.items()
-                       if isinstance(v, dict) and "VmRSS" in v}
-                print(json.dumps(result, indent=1))
-                print(f"round {n}: RSS MiB: {mib}; sampled peak {result['rss_peak_sampled'] / MIB:.1f}; "
-                      f"VmHWM {result['after']['VmHWM'] / MIB:.1f}", file=sys.stderr)
+    if not args.results:
+        run_one(settings, args)
+        return 0
+    write_results(args, run_one(settings, args), run_one({**settings, **UNBOUNDED}, args))
     return 0
 
 
