@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from logkeeper.server.config import parse_listen_address
+from logkeeper.server.config import env_name, parse_listen_address
 
 from .names import (
     ANNOTATION_RESTART_HASH,
@@ -31,10 +31,13 @@ from .names import (
     CONFIG_DIR,
     CONFIG_FILE,
     DATA_ROOT,
+    KAFKA_TLS_DIR,
+    KAFKA_USERS_DIR,
     LABEL_CLIENT,
     LABEL_COMPACTIONJOB,
     LOGVOLUME,
     OPERATOR_POD_LABELS,
+    POD_IP_VAR,
     SIDECAR_CONTAINER,
     SPARK_CONTAINER,
     TOKEN_DIR,
@@ -51,7 +54,7 @@ from .names import (
     statefulset_name,
     volume_name,
 )
-from .spec import CompactionJobSpec, LogVolumeSpec, SparkSpec, VolumeSpec
+from .spec import POD_IP_KEYS, CompactionJobSpec, LogVolumeSpec, SparkSpec, VolumeSpec
 
 RUN_AS = 10001
 SHUTDOWN_GRACE_EXTRA_S = 5
@@ -191,12 +194,44 @@ def listen_env(port: int) -> list[Obj]:
             {"name": "LOGKEEPER_LISTEN", "value": f"127.0.0.1:{port},[$(POD_IP)]:{port}"}]
 
 
+def kafka_listen_env(spec: LogVolumeSpec) -> list[Obj]:
+    """Kafka listener addresses naming $(POD_IP) (``SASL_SSL://[$(POD_IP)]:9093``) go to the
+    sidecar through the environment too (LOGKEEPER_KAFKA_LISTEN wins over the file's
+    kafka.listen), where Kubernetes expands the variable; put after POD_IP (listen_env)."""
+    out: list[Obj] = []
+    for key in POD_IP_KEYS:
+        addresses = [str(a) for a in spec.sidecar.settings.get(key) or []]
+        if any(POD_IP_VAR in a for a in addresses):
+            out.append({"name": env_name(key), "value": ",".join(addresses)})
+    return out
+
+
+KAFKA_USERS_VOLUME = "kafka-users"
+KAFKA_TLS_VOLUME = "kafka-tls"
+
+
+def kafka_security_volumes(spec: LogVolumeSpec) -> list[tuple[Obj, Obj]]:
+    """(pod volume, sidecar mount) for each Secret of spec.sidecar.kafkaSecurity: the kubelet
+    mounts them (the operator never reads them), read-only, files 0440 of group fsGroup (the
+    sidecar's uid 10001), the whole Secret as a directory (no subPath: a changed Secret reaches
+    the files, and the sidecar re-reads its users file)."""
+    ks = spec.sidecar.kafka_security
+    out = []
+    for volume, secret_ref, path in ((KAFKA_USERS_VOLUME, ks.users_secret, KAFKA_USERS_DIR),
+                                     (KAFKA_TLS_VOLUME, ks.tls_secret, KAFKA_TLS_DIR)):
+        if secret_ref:
+            out.append(({"name": volume, "secret": {"secretName": secret_ref, "defaultMode": 0o440}},
+                        {"name": volume, "mountPath": path, "readOnly": True}))
+    return out
+
+
 def _sidecar_container(spec: LogVolumeSpec) -> Obj:
     sc = spec.sidecar
     mounts: list[Obj] = [{"name": volume_name(v.id), "mountPath": f"{DATA_ROOT}/{v.id}"} for v in spec.volumes]
     mounts += [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
                {"name": "tmp", "mountPath": "/tmp"}]
+    mounts += [mount for _volume, mount in kafka_security_volumes(spec)]
     probe: Obj = {"httpGet": {"path": "/healthz", "port": "http"}}
     container: Obj = {
         "name": SIDECAR_CONTAINER,
@@ -205,7 +240,7 @@ def _sidecar_container(spec: LogVolumeSpec) -> Obj:
         "args": ["sidecar", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
         "ports": [{"name": "http", "containerPort": sc.port, "protocol": "TCP"}],
         "env": [{"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"}, {"name": "HOME", "value": "/tmp"},
-                *listen_env(sc.port), *copy.deepcopy(sc.env)],
+                *listen_env(sc.port), *kafka_listen_env(spec), *copy.deepcopy(sc.env)],
         "volumeMounts": mounts,
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5,
                            "failureThreshold": 3},
@@ -237,6 +272,7 @@ def statefulset(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec, restar
         {"name": "token", "secret": {"secretName": secret_name(lv), "defaultMode": 0o440}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
     ]
+    volumes += [volume for volume, _mount in kafka_security_volumes(spec)]
     grace = int(spec.sidecar.settings.get("shutdown.timeout.ms", 25000)) // 1000 + SHUTDOWN_GRACE_EXTRA_S
     pod_labels = {**labels(lv, "sidecar"), **selector(lv)}
     return {

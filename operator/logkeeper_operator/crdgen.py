@@ -33,13 +33,30 @@ from logkeeper.server.config import INT32_MAX, JAVA_INT_TOPIC_KEYS, MAX_PARTITIO
 from logkeeper.settings import LONG_MAX, Setting, schema_of
 
 from .compaction import PHASES
-from .names import CLEANERPOLICY, COMPACTIONJOB, GROUP, LOGVOLUME, PLURALS, SHORT_NAMES, VERSION
+from .names import (
+    CLEANERPOLICY,
+    COMPACTIONJOB,
+    GROUP,
+    KAFKA_TLS_DIR,
+    KAFKA_USERS_DIR,
+    KAFKA_USERS_KEY,
+    LOGVOLUME,
+    PLURALS,
+    SHORT_NAMES,
+    VERSION,
+)
 from .spec import (
     CLEANER_KEYS,
+    CLIENT_AUTH,
+    LISTEN_MAX_ITEMS,
+    LISTEN_MAX_LENGTH,
     MAX_TOPICS,
     MAX_VOLUMES,
     NODE_KEYS,
+    POD_IP_KEYS,
     PULL_POLICIES,
+    SECRET_KEY_PATTERN,
+    SECRET_NAME_PATTERN,
     SIDECAR_KEYS,
     SPARK_MODES,
     VOLUME_ID_MAX,
@@ -104,6 +121,64 @@ def _cleaner_settings(what: str) -> Schema:
     return settings_object(CLEANER_KEYS.values(), f"Kafka's log.cleaner.* keys {what} (cleaner/config.py).")
 
 
+def _cel_key(key: str) -> str:
+    """A property name as CEL sees it (Kubernetes escapes '.' and '-')."""
+    return key.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__")
+
+
+# Kafka listeners by protocol (as config.parse_kafka_listener reads them: case-insensitive); CEL's
+# r'' strings keep the regex's backslash.
+_LISTEN = f"self.settings.{_cel_key('kafka.listen')}"
+_HAS_LISTEN = f"has(self.settings) && has({_LISTEN})"
+_TLS_LISTENER = f"({_HAS_LISTEN} && {_LISTEN}.exists(a, a.matches(r'(?i)^\\s*(sasl_)?ssl://')))"
+_SASL_LISTENER = f"({_HAS_LISTEN} && {_LISTEN}.exists(a, a.matches(r'(?i)^\\s*sasl_')))"
+
+
+def kafka_security() -> Schema:
+    secret_name: Schema = {"type": "string", "maxLength": 253, "pattern": SECRET_NAME_PATTERN}
+    secret_key: Schema = {"type": "string", "maxLength": 253, "pattern": SECRET_KEY_PATTERN}
+    return {
+        "type": "object",
+        "description": f"Secrets for the Kafka listener (settings kafka.listen): the kubelet mounts them read-only "
+                       f"in the sidecar container ({KAFKA_USERS_DIR}, {KAFKA_TLS_DIR}) and the operator sets "
+                       f"kafka.sasl.users.file and kafka.ssl.*; it never reads them.",
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.usersKey) || has(self.usersSecret)", "message": "usersKey needs usersSecret"},
+            {"rule": "!has(self.keyPasswordKey) || has(self.tlsSecret)", "message": "keyPasswordKey needs tlsSecret"},
+            {"rule": "!has(self.clientAuth) || self.clientAuth == 'none' || has(self.tlsSecret)",
+             "message": "clientAuth requested or required needs tlsSecret (its ca.crt checks client certificates)"},
+        ],
+        "properties": {
+            "usersSecret": {**secret_name, "description": "Secret of SASL users, one name:password a line (needed "
+                                                          "by SASL_PLAINTEXT and SASL_SSL listeners; a change is "
+                                                          "picked up without a restart)."},
+            "usersKey": {**secret_key, "description": f"Key of usersSecret holding the lines. Default: "
+                                                      f"{KAFKA_USERS_KEY}."},
+            "tlsSecret": {**secret_name, "description": "A kubernetes.io/tls Secret: tls.crt (the chain), tls.key "
+                                                        "and, for clientAuth, ca.crt (needed by SSL and SASL_SSL "
+                                                        "listeners)."},
+            "keyPasswordKey": {**secret_key, "description": "Key of tlsSecret holding tls.key's password, if it "
+                                                            "has one."},
+            "clientAuth": {"type": "string", "enum": list(CLIENT_AUTH), "default": "none",
+                           "description": "Client certificates of SSL listeners, checked against tlsSecret's "
+                                          "ca.crt (Kafka's ssl.client.auth)."},
+        },
+    }
+
+
+def sidecar_settings() -> Schema:
+    out = settings_object(SIDECAR_KEYS.values(), "The sidecar's own keys (server/config.py); listen, token.file, "
+                                                 "kafka.sasl.users.file and kafka.ssl.* are set by the operator "
+                                                 "(kafkaSecurity). kafka.listen and kafka.advertised.listeners "
+                                                 "may name the pod's IP as $(POD_IP), e.g. "
+                                                 "SASL_SSL://[$(POD_IP)]:9093.")
+    for key in POD_IP_KEYS:  # bounded, so the API server can bound the cost of the rules on kafka.listen
+        prop = out["properties"][key]
+        prop["maxItems"] = LISTEN_MAX_ITEMS
+        prop["items"] = {**prop["items"], "maxLength": LISTEN_MAX_LENGTH}
+    return out
+
+
 def logvolume_spec() -> Schema:
     volume: Schema = {
         "type": "object", "required": ["id"],
@@ -137,14 +212,26 @@ def logvolume_spec() -> Schema:
     }
     sidecar: Schema = {
         "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": f"!{_TLS_LISTENER} || (has(self.kafkaSecurity) && has(self.kafkaSecurity.tlsSecret))",
+             "message": "an SSL or SASL_SSL listener (settings kafka.listen) needs kafkaSecurity.tlsSecret"},
+            {"rule": f"!has(self.kafkaSecurity) || !has(self.kafkaSecurity.tlsSecret) || {_TLS_LISTENER}",
+             "message": "kafkaSecurity.tlsSecret: no SSL or SASL_SSL listener in settings kafka.listen uses it"},
+            {"rule": f"!{_SASL_LISTENER} || (has(self.kafkaSecurity) && has(self.kafkaSecurity.usersSecret))",
+             "message": "a SASL_PLAINTEXT or SASL_SSL listener (settings kafka.listen) needs "
+                        "kafkaSecurity.usersSecret"},
+            {"rule": f"!has(self.kafkaSecurity) || !has(self.kafkaSecurity.usersSecret) || {_SASL_LISTENER}",
+             "message": "kafkaSecurity.usersSecret: no SASL_PLAINTEXT or SASL_SSL listener in settings kafka.listen "
+                        "uses it"},
+        ],
         "properties": {
             "image": {"type": "string", "description": "The logkeeper image (default: the operator's)."},
             "imagePullPolicy": {"type": "string", "enum": list(PULL_POLICIES), "default": "IfNotPresent"},
             "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 8080,
                      "description": "Port of the sidecar's HTTP API (applications use localhost:<port>)."},
             "resources": _resources(),
-            "settings": settings_object(SIDECAR_KEYS.values(), "The sidecar's own keys (server/config.py); listen "
-                                                               "and token.file are set by the operator."),
+            "settings": sidecar_settings(),
+            "kafkaSecurity": kafka_security(),
             "env": {"type": "array", "description": "Extra environment (core/v1 EnvVar).",
                     "items": {"type": "object", "required": ["name"], "x-kubernetes-preserve-unknown-fields": True,
                               "properties": {"name": {"type": "string"}}}},

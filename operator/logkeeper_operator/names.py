@@ -44,6 +44,16 @@ TOKEN_KEY = "token"
 KEY_SECRET = "logkeeper-operator-key"
 TOKEN_KEY_FIELD = "key"
 DATA_ROOT = "/data"
+# The Kafka listener's Secrets (spec.sidecar.kafkaSecurity), mounted read-only in the sidecar
+# container only. Not under CONFIG_DIR: a mount point inside the read-only ConfigMap mount could
+# not be created by the container runtime.
+KAFKA_SECRETS_DIR = "/etc/logkeeper-kafka"
+KAFKA_USERS_DIR = f"{KAFKA_SECRETS_DIR}/users"
+KAFKA_TLS_DIR = f"{KAFKA_SECRETS_DIR}/tls"
+KAFKA_USERS_KEY = "users"                      # default key of the users Secret
+TLS_CERT_KEY, TLS_KEY_KEY, TLS_CA_KEY = "tls.crt", "tls.key", "ca.crt"  # a kubernetes.io/tls Secret's keys
+# The pod's IP in an address of the Kafka listener (expanded by Kubernetes in the environment).
+POD_IP_VAR = "$(POD_IP)"
 LOG_SUBDIR = "log"          # the log dir is /data/<volume id>/log (the mount root may hold lost+found)
 SIDECAR_CONTAINER = "sidecar"
 SPARK_CONTAINER = "spark-compact"

@@ -1,7 +1,9 @@
 """The sidecar's config file, rendered from a LogVolume spec (format: logkeeper/server/config.py).
 
     sidecar:  listen [127.0.0.1:<port>] (the pod adds its own IP through LOGKEEPER_LISTEN:
-              builders.listen_env), token.file <TOKEN_DIR>/token, + spec.sidecar.settings
+              builders.listen_env), token.file <TOKEN_DIR>/token, the Kafka listener's
+              kafka.sasl.users.file / kafka.ssl.* at the mounted Secrets of
+              spec.sidecar.kafkaSecurity (kafka_security_keys), + spec.sidecar.settings
               (reads need the token unless they set http.read.auth: none)
     node:     log.dirs [/data/<volume id>/log, ...] + spec.node (broker keys)
     cleaner:  the CleanerPolicy's keys, or spec.cleaner; with spec.spark.autoSubmit the operator
@@ -32,7 +34,18 @@ import yaml
 from logkeeper.errors import InvalidConfigError
 from logkeeper.server.config import config_from_document, validate_topic_configs
 
-from .names import CONFIG_DIR, CONFIG_FILE, TOKEN_DIR, TOKEN_KEY, log_dir
+from .names import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    KAFKA_TLS_DIR,
+    KAFKA_USERS_DIR,
+    TLS_CA_KEY,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
+    TOKEN_DIR,
+    TOKEN_KEY,
+    log_dir,
+)
 from .spec import LogVolumeSpec, SpecError, TopicSpec
 
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_FILE}"
@@ -52,11 +65,30 @@ def offload_keys(spec: LogVolumeSpec) -> dict[str, Any]:
             "log.cleaner.offload.timeout.ms": (spec.spark.max_attempts * spec.spark.timeout_seconds + 60) * 1000}
 
 
+def kafka_security_keys(spec: LogVolumeSpec) -> dict[str, Any]:
+    """The Kafka listener's file keys, at the paths where the sidecar container has the Secrets of
+    spec.sidecar.kafkaSecurity (builders.kafka_security_volumes); none without them."""
+    ks = spec.sidecar.kafka_security
+    out: dict[str, Any] = {}
+    if ks.users_secret:
+        out["kafka.sasl.users.file"] = f"{KAFKA_USERS_DIR}/{ks.users_key}"
+    if ks.tls_secret:
+        out["kafka.ssl.certificate.location"] = f"{KAFKA_TLS_DIR}/{TLS_CERT_KEY}"
+        out["kafka.ssl.key.location"] = f"{KAFKA_TLS_DIR}/{TLS_KEY_KEY}"
+        if ks.key_password_key:
+            out["kafka.ssl.key.password.file"] = f"{KAFKA_TLS_DIR}/{ks.key_password_key}"
+        if ks.client_auth != "none":
+            out["kafka.ssl.client.auth"] = ks.client_auth
+            out["kafka.ssl.ca.location"] = f"{KAFKA_TLS_DIR}/{TLS_CA_KEY}"
+    return out
+
+
 def config_document(spec: LogVolumeSpec, cleaner: dict[str, Any]) -> dict[str, Any]:
     """The config as a mapping (``cleaner``: the resolved keys, from the policy or inline)."""
     cleaner = {**cleaner, **offload_keys(spec)}
     return {
         "sidecar": {"listen": [f"127.0.0.1:{spec.sidecar.port}"], "token.file": f"{TOKEN_DIR}/{TOKEN_KEY}",
+                    **kafka_security_keys(spec),
                     **{k: _plain(v) for k, v in sorted(spec.sidecar.settings.items())}},
         "node": {"log.dirs": [log_dir(v.id) for v in spec.volumes],
                  **{k: _plain(v) for k, v in sorted(spec.node.items())}},

@@ -18,13 +18,22 @@ from logkeeper.cleaner.config import CLEANER_SETTINGS
 from logkeeper.errors import InvalidConfigError
 from logkeeper.log import names as log_names
 from logkeeper.log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS
-from logkeeper.server.config import MAX_PARTITIONS_PER_TOPIC, SIDECAR_SETTINGS, validate_topic_configs
+from logkeeper.server.config import (
+    MAX_PARTITIONS_PER_TOPIC,
+    SIDECAR_SETTINGS,
+    parse_kafka_listener,
+    validate_topic_configs,
+)
 
-from .names import DEFAULT_PORT
+from .names import DEFAULT_PORT, KAFKA_USERS_KEY, POD_IP_VAR
 
-# Keys the operator sets itself: a spec may not.
+# Keys the operator sets itself: a spec may not. The Kafka listener's files are mounted from the
+# Secrets spec.sidecar.kafkaSecurity names (builders.kafka_security_keys gives their paths).
 NODE_RESERVED = frozenset({"log.dirs"})
-SIDECAR_RESERVED = frozenset({"listen", "token.file"})
+KAFKA_SECURITY_KEYS = frozenset({"kafka.sasl.users.file", "kafka.ssl.certificate.location",
+                                 "kafka.ssl.key.location", "kafka.ssl.key.password.file",
+                                 "kafka.ssl.ca.location", "kafka.ssl.client.auth"})
+SIDECAR_RESERVED = frozenset({"listen", "token.file"}) | KAFKA_SECURITY_KEYS
 NODE_KEYS = {k: s for k, s in {**MANAGER_SETTINGS.by_key, **BROKER_LOG_DEFAULT_SETTINGS.by_key}.items()
              if k not in NODE_RESERVED}
 SIDECAR_KEYS = {k: s for k, s in SIDECAR_SETTINGS.by_key.items() if k not in SIDECAR_RESERVED}
@@ -36,6 +45,18 @@ DEFAULT_K8S_MASTER = "k8s://https://kubernetes.default.svc"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A Secret's name (DNS-1123 subdomain) and a key of its data.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+_SECRET_NAME = re.compile(SECRET_NAME_PATTERN)
+_SECRET_KEY = re.compile(SECRET_KEY_PATTERN)
+CLIENT_AUTH = ("none", "requested", "required")
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+# Kafka listener keys whose addresses may name the pod's IP as $(POD_IP) (builders.kafka_listen_env)
+POD_IP_KEYS = ("kafka.listen", "kafka.advertised.listeners")
+LISTEN_MAX_ITEMS = 16      # bounds on those lists (the CRD's too: they bound its rules' cost)
+LISTEN_MAX_LENGTH = 300
 VOLUME_ID_MAX = 20
 MAX_VOLUMES = 16
 MAX_TOPICS = 256
@@ -68,6 +89,18 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class KafkaSecuritySpec:
+    """spec.sidecar.kafkaSecurity: Secrets the kubelet mounts into the sidecar container for the
+    Kafka listener (the operator only names them, never reads them)."""
+
+    users_secret: str | None = None   # name:password lines under users_key (SASL listeners)
+    users_key: str = KAFKA_USERS_KEY
+    tls_secret: str | None = None     # a kubernetes.io/tls Secret: tls.crt, tls.key, ca.crt (SSL listeners)
+    key_password_key: str | None = None  # a key of tls_secret holding the private key's password
+    client_auth: str = "none"         # client certificates, checked against tls_secret's ca.crt
+
+
+@dataclass(frozen=True)
 class SidecarSpec:
     image: str
     pull_policy: str
@@ -75,6 +108,7 @@ class SidecarSpec:
     resources: dict[str, Any]
     settings: dict[str, Any]
     env: list[dict[str, Any]]
+    kafka_security: KafkaSecuritySpec = field(default_factory=KafkaSecuritySpec)
 
 
 @dataclass(frozen=True)
@@ -214,19 +248,84 @@ def _topic(i: int, raw: Any) -> TopicSpec:
     return TopicSpec(name, partitions, validate_topic_configs(configs))
 
 
+def _secret_ref(value: Any, where: str, pattern: re.Pattern[str], what: str) -> str | None:
+    text = _str(value, where)
+    if text is not None and (len(text) > 253 or not pattern.match(text)):
+        raise SpecError(where, f"must be {what}, got {text!r}")
+    return text
+
+
+def _listener_addresses(settings: Mapping[str, Any], where: str) -> None:
+    """Listener addresses may name the pod's IP as $(POD_IP), which Kubernetes expands in the
+    container's environment; no other $(VAR) is defined there before them."""
+    for key in POD_IP_KEYS:
+        addresses = settings.get(key) or []
+        if len(addresses) > LISTEN_MAX_ITEMS:
+            raise SpecError(f"{where}.settings.{key}", f"at most {LISTEN_MAX_ITEMS} addresses, got {len(addresses)}")
+        for i, address in enumerate(addresses):
+            if len(str(address)) > LISTEN_MAX_LENGTH:
+                raise SpecError(f"{where}.settings.{key}[{i}]", f"at most {LISTEN_MAX_LENGTH} characters")
+            if "$(" in str(address).replace(POD_IP_VAR, ""):
+                raise SpecError(f"{where}.settings.{key}[{i}]",
+                                f"only {POD_IP_VAR} may be used in an address (the pod's IP), got {address!r}")
+
+
+def _kafka_security(raw: Any, settings: Mapping[str, Any], where: str) -> KafkaSecuritySpec:
+    """spec.sidecar.kafkaSecurity, checked against the listeners of settings' kafka.listen:
+    each Secret is given exactly when a listener uses it, so a typo'd protocol or a forgotten
+    Secret is an InvalidSpec naming the field, not a sidecar that fails at start."""
+    k = _mapping(raw, where)
+    name_rule = "a Secret's name (lowercase DNS subdomain)"
+    key_rule = "a key of a Secret's data (letters, digits, '-', '_', '.')"
+    users = _secret_ref(k.get("usersSecret"), f"{where}.usersSecret", _SECRET_NAME, name_rule)
+    users_key = _secret_ref(k.get("usersKey"), f"{where}.usersKey", _SECRET_KEY, key_rule) or KAFKA_USERS_KEY
+    tls = _secret_ref(k.get("tlsSecret"), f"{where}.tlsSecret", _SECRET_NAME, name_rule)
+    password_key = _secret_ref(k.get("keyPasswordKey"), f"{where}.keyPasswordKey", _SECRET_KEY, key_rule)
+    client_auth = _str(k.get("clientAuth"), f"{where}.clientAuth") or "none"
+    if client_auth not in CLIENT_AUTH:
+        raise SpecError(f"{where}.clientAuth", f"must be one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
+    protocols = {parse_kafka_listener(str(a))[0] for a in settings.get("kafka.listen") or []}
+    listen = where.rpartition(".")[0] + ".settings.kafka.listen"
+    if protocols & SASL_PROTOCOLS and users is None:
+        raise SpecError(f"{where}.usersSecret", f"a SASL_PLAINTEXT or SASL_SSL listener ({listen}) needs a Secret "
+                                                f"of name:password lines")
+    if users is not None and not protocols & SASL_PROTOCOLS:
+        raise SpecError(f"{where}.usersSecret", f"no SASL_PLAINTEXT or SASL_SSL listener in {listen} uses it")
+    if k.get("usersKey") is not None and users is None:
+        raise SpecError(f"{where}.usersKey", "needs usersSecret")
+    if protocols & TLS_PROTOCOLS and tls is None:
+        raise SpecError(f"{where}.tlsSecret", f"an SSL or SASL_SSL listener ({listen}) needs a kubernetes.io/tls "
+                                              f"Secret (tls.crt, tls.key)")
+    if tls is not None and not protocols & TLS_PROTOCOLS:
+        raise SpecError(f"{where}.tlsSecret", f"no SSL or SASL_SSL listener in {listen} uses it")
+    if tls is None and password_key is not None:
+        raise SpecError(f"{where}.keyPasswordKey", "needs tlsSecret (the key password is one of its keys)")
+    if tls is None and client_auth != "none":
+        raise SpecError(f"{where}.clientAuth", f"{client_auth} needs tlsSecret (its ca.crt checks client "
+                                               f"certificates)")
+    return KafkaSecuritySpec(users, users_key, tls, password_key, client_auth)
+
+
 def _sidecar(raw: Any, default_image: str) -> SidecarSpec:
     where = "spec.sidecar"
     s = _mapping(raw, where)
     pull = _str(s.get("imagePullPolicy"), f"{where}.imagePullPolicy") or "IfNotPresent"
     if pull not in PULL_POLICIES:
         raise SpecError(f"{where}.imagePullPolicy", f"must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
+    for key in _mapping(s.get("settings"), f"{where}.settings"):
+        if key in KAFKA_SECURITY_KEYS:
+            raise SpecError(f"{where}.settings.{key}", f"is set by the operator from {where}.kafkaSecurity (the "
+                                                       f"Secrets it mounts into the sidecar container)")
+    settings = validate_settings(s.get("settings"), SIDECAR_KEYS, f"{where}.settings", SIDECAR_RESERVED)
+    _listener_addresses(settings, where)
     return SidecarSpec(
         image=_str(s.get("image"), f"{where}.image") or default_image,
         pull_policy=pull,
         port=_int(s.get("port"), f"{where}.port", DEFAULT_PORT, 1024, 65535),
         resources=dict(_mapping(s.get("resources"), f"{where}.resources")),
-        settings=validate_settings(s.get("settings"), SIDECAR_KEYS, f"{where}.settings", SIDECAR_RESERVED),
+        settings=settings,
         env=[dict(_mapping(e, f"{where}.env[{i}]")) for i, e in enumerate(_list(s.get("env"), f"{where}.env"))],
+        kafka_security=_kafka_security(s.get("kafkaSecurity"), settings, f"{where}.kafkaSecurity"),
     )
 
 

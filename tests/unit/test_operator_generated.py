@@ -13,6 +13,7 @@ from logkeeper.log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SE
 from logkeeper.server.config import SIDECAR_SETTINGS
 from logkeeper_operator import chartgen, crdgen
 from logkeeper_operator.config import OPERATOR_SETTINGS, env_name, load
+from logkeeper_operator.spec import SIDECAR_RESERVED
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "logkeeper"
@@ -36,7 +37,12 @@ def test_every_setting_is_in_the_schema() -> None:
     assert node == {s.key for s in (*MANAGER_SETTINGS.settings, *BROKER_LOG_DEFAULT_SETTINGS.settings)} - {"log.dirs"}
     assert set(spec["cleaner"]["properties"]) == {s.key for s in CLEANER_SETTINGS.settings}
     sidecar = set(spec["sidecar"]["properties"]["settings"]["properties"])
-    assert sidecar == {s.key for s in SIDECAR_SETTINGS.settings} - {"listen", "token.file"}
+    # listen and token.file, and the Kafka listener's files (from spec.sidecar.kafkaSecurity), are the operator's
+    assert sidecar == {s.key for s in SIDECAR_SETTINGS.settings} - SIDECAR_RESERVED
+    reserved = {"listen", "token.file", "kafka.sasl.users.file", "kafka.ssl.certificate.location",
+                "kafka.ssl.key.location", "kafka.ssl.key.password.file", "kafka.ssl.ca.location",
+                "kafka.ssl.client.auth"}
+    assert reserved == SIDECAR_RESERVED
     assert topic["segment.bytes"]["minimum"] == 14 and topic["segment.bytes"]["maximum"] == 2**31 - 1
     assert topic["cleanup.policy"]["items"]["enum"] == ["delete", "compact"]
     assert topic["min.cleanable.dirty.ratio"] == {**topic["min.cleanable.dirty.ratio"], "minimum": 0.0,
