@@ -10,6 +10,10 @@ A LogVolume ``lv`` owns (ownerReferences, so deleting it deletes them):
     NetworkPolicy  lv          the sidecar's ports admit only the operator and pods labelled
                                logkeeper.io/client=true of the namespace (network_policy)
 
+and names, without reading them, the Secrets of spec.sidecar.kafkaSecurity: the kubelet mounts
+them in the sidecar container (kafka_security_volumes; render.kafka_security_keys points the
+config at the files).
+
 A CompactionJob owns one batch/v1 Job per attempt (``<cj>-a<n>``): ``logkeeper spark-compact`` on
 the partition's volume (local Spark in the Job's pod, next to the LogVolume's pod; or Spark on
 Kubernetes with the driver in the Job's pod).
