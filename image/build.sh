@@ -16,7 +16,8 @@
 #
 # Needs root and Debian's mmdebstrap, umoci and runc (apt-get installs them when missing).
 # Rerunnable: a step's result is renamed into place only when complete; reruns reuse them.
-# IMAGE_REFRESH=1 bootstraps the Debian parts again (security updates).
+# IMAGE_REFRESH=1 bootstraps the Debian parts again (security updates). IMAGE_CHECK_DOCKERFILE=1
+# also builds the Dockerfile with buildah and compares the two images (image/dockerfile-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -268,6 +269,10 @@ IMAGE_DIGEST=$digest
 IMAGE_ID=$(field config)
 IMAGE_ARCHIVE=$archive
 EOF
+if [ -n "${IMAGE_CHECK_DOCKERFILE:-}" ]; then
+    flock -u 9
+    bash image/dockerfile-check.sh
+fi
 mb() { "$HOST_PYTHON" -c 'import sys; print(f"{int(sys.argv[1]) / 1e6:.1f} MB")' "$1"; }
 say "$name built in $(($(date +%s) - start)) s (rebuilt: ${built[*]:-nothing}; cached: ${cached[*]:-nothing})"
 say "digest   $digest"
