@@ -28,7 +28,7 @@ from logkeeper.server.config import (
 from .names import DEFAULT_PORT, KAFKA_USERS_KEY, POD_IP_VAR
 
 # Keys the operator sets itself: a spec may not. The Kafka listener's files are mounted from the
-# Secrets spec.sidecar.kafkaSecurity names (builders.kafka_security_keys gives their paths).
+# Secrets spec.sidecar.kafkaSecurity names (render.kafka_security_keys gives their paths).
 NODE_RESERVED = frozenset({"log.dirs"})
 KAFKA_SECURITY_KEYS = frozenset({"kafka.sasl.users.file", "kafka.ssl.certificate.location",
                                  "kafka.ssl.key.location", "kafka.ssl.key.password.file",
