@@ -125,6 +125,7 @@ kind-e2e:
 # Dockerfile is generated from the same recipe) from Debian packages (mmdebstrap) and the pinned
 # wheels, as an OCI archive in .cache/image for `ctr images import`; each layer is cached, a new
 # digest is run under runc (uid 10001, read-only root). Prints the digest and the size. Needs root.
+# IMAGE_CHECK_DOCKERFILE=1 also builds the Dockerfile with buildah and compares the two images.
 .PHONY: image
 image:
 	nice bash image/build.sh

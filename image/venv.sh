@@ -21,7 +21,9 @@ wheels)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     "$py" -m venv "$tmp/venv"
-    "$tmp/venv/bin/pip" wheel -q -c "$src/constraints.txt" -w "$out" "$src[$EXTRAS]"
+    # --use-pep517: sdists (pyspark) built in isolation whatever the venv's pip and wheel (Debian's
+    # python3.11-venv has pip 23.0 and no wheel, which fails setup.py bdist_wheel)
+    "$tmp/venv/bin/pip" wheel -q --use-pep517 -c "$src/constraints.txt" -w "$out" "$src[$EXTRAS]"
     ;;
 deps)
     wheels=$2
