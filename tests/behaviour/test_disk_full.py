@@ -32,9 +32,9 @@ from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.builder import Record, build_batch
-from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
 from tests.disk import resize_tmpfs, small_tmpfs
+from tests.disk_full_child import read_all  # the child checks its records the same way
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = REPO / "tests" / "disk_full_child.py"
@@ -58,19 +58,6 @@ def append(m: LogManager, tp: TopicPartition, n: int = 4) -> int:
     leo = lg.log_end_offset
     m.append(tp, build_batch([Record(leo + k, 0, None, value(tp, leo + k)) for k in range(n)]))
     return leo + n
-
-
-def read_all(m: LogManager, tp: TopicPartition, end: int) -> dict[int, bytes | None]:
-    """Every record below ``end`` (a read stops at its segment's end: one read a segment)."""
-    got: dict[int, bytes | None] = {}
-    offset = 0
-    while offset < end:
-        records = list(read_records(m.read(tp, offset, 1 << 24).records))
-        if not records:
-            break
-        got.update((r.offset, r.value) for r in records)
-        offset = records[-1].offset + 1
-    return got
 
 
 def check_records(m: LogManager, tp: TopicPartition, acked: int) -> None:
