@@ -11,7 +11,7 @@ PLAIN_PTH = $(PY) -c 'import glob, sysconfig; [open(p, "w").write("$(CURDIR)/sid
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 PYTEST_ARGS ?=
 
-.PHONY: setup compile constraints demo test unit lint bench bench-kafka bench-spark kcat fuse crash interop spark e2e kind-e2e crds chart clean
+.PHONY: setup compile constraints demo test unit lint bench bench-kafka bench-spark kcat fuse crash interop spark e2e kind-e2e node-smoke crds chart clean
 
 setup: $(STAMP) compile
 
@@ -120,6 +120,19 @@ e2e: setup
 
 kind-e2e:
 	bash e2e/kind-e2e.sh
+
+# Our image's sidecar as a Pod on a real node (issue 18, point 2's groundwork; not part of make e2e
+# yet): LOGKEEPER_E2E_NODE=1 e2e/tools.sh also builds kubelet, kube-scheduler, containerd, CNI
+# plugins, crictl and a pause image (e2e/node_tools.sh); tests/e2e_node runs them. Needs root and make image.
+node-smoke: setup
+	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,e2e]'
+	@$(PLAIN_PTH)
+	@test -f .cache/image/image.env || { echo "make node-smoke: no image (run make image first)"; exit 1; }
+	@start=$$(date +%s); LOGKEEPER_E2E_CACHE=$(E2E_CACHE) LOGKEEPER_E2E_NODE=1 bash e2e/tools.sh >/dev/null; \
+		echo "make node-smoke: tools ready in $$(( $$(date +%s) - start )) s ($(E2E_CACHE))"
+	LOGKEEPER_E2E_TOOLS=$(E2E_CACHE)/tools.env LOGKEEPER_E2E_NODE_TOOLS=$(E2E_CACHE)/node-tools.env \
+		LOGKEEPER_IMAGE_ENV=.cache/image/image.env $(PY) -m pytest -v -s -p no:cacheprovider -p no:randomly \
+		--timeout 900 tests/e2e_node $(PYTEST_ARGS)
 
 # The logkeeper image without a daemon (issue 18): image/build.sh builds image/recipe.env's image (the
 # Dockerfile is generated from the same recipe) from Debian packages (mmdebstrap) and the pinned

@@ -86,6 +86,8 @@ class ControlPlane:
     kubeconfig_path: Path = Path()
     ca_file: Path = Path()
     timings: dict[str, float] = field(default_factory=dict)
+    # controllers beyond make e2e's: a real node needs nodelifecycle (it lifts the not-ready taint)
+    extra_controllers: tuple[str, ...] = ()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         log = self.workdir / f"{name}.log"
@@ -172,7 +174,8 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig_path}",
             f"--authentication-kubeconfig={self.kubeconfig_path}",
             f"--authorization-kubeconfig={self.kubeconfig_path}",
-            "--controllers=serviceaccount,deployment,replicaset,statefulset,job,garbagecollector,pvc-protection",
+            "--controllers=" + ",".join(["serviceaccount", "deployment", "replicaset", "statefulset", "job",
+                                         "garbagecollector", "pvc-protection", *self.extra_controllers]),
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--use-service-account-credentials=false", "--authentication-skip-lookup=true",
             "--concurrent-statefulset-syncs=2", "--concurrent-job-syncs=2",
