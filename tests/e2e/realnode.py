@@ -185,6 +185,9 @@ class RealNode:
     def _network(self) -> None:
         """The pod network's bridge, made before kubelet starts so that its address can be the node's
         IP; the CNI bridge plugin adopts it. Its config goes where containerd's CRI reads it."""
+        if Path(f"/sys/class/net/{BRIDGE}").exists():  # left by a run that was killed
+            print(f"realnode: deleting {BRIDGE}, left by an earlier run", flush=True)
+            self.run(["ip", "link", "del", BRIDGE])
         self.run(["ip", "link", "add", BRIDGE, "type", "bridge"])
         self.run(["ip", "addr", "add", f"{NODE_IP}/{POD_SUBNET.split('/')[1]}", "dev", BRIDGE])
         self.run(["ip", "link", "set", BRIDGE, "up"])
@@ -370,13 +373,13 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                 problems.append(f"restore {key}: {e}")
         if self.chains_before is not None:
             problems += remove_kube_chains(kube_chains() - self.chains_before)
+        problems += self._remove_container_log_links()
         for d in HOST_DIRS:
             if d not in self.host_dirs_before and Path(d).is_dir():
                 try:
                     Path(d).rmdir()
                 except OSError as e:
                     problems.append(f"{d} left (not empty): {e}")
-        problems += self._remove_container_log_links()
         return problems
 
     def _kill_shims(self) -> list[str]:

@@ -4,11 +4,13 @@ tests/e2e/cluster.py's control plane (etcd, kube-apiserver, kube-controller-mana
 tests/e2e/realnode.py's node (containerd, runc, CNI bridge, kube-scheduler, kubelet); images
 imported with ``ctr images import`` (no registry). The Pod is what the operator renders for a
 LogVolume (builders.statefulset's pod template, render.render_config's ConfigMap, the token
-Secret) with its claim replaced by an emptyDir (no volume provisioner yet), in a namespace that
-enforces Pod Security "restricted". Checked: the scheduler binds it, kubelet runs it, the
-readiness probe (/readyz) passes, the container runs as uid 10001 with a read-only root, no
+Secret, builders.pvcs' claim, bound by the persistentvolume-binder to a static local PV the test
+makes), in a namespace that enforces Pod Security "restricted". Checked: the scheduler binds it,
+kubelet runs it, the readiness probe (/readyz) passes, records produced through its API on the
+pod IP are read back and their segments are on the PV, the container runs as uid 10001 with a read-only root, no
 capabilities and the runtime's seccomp profile (from the runtime's own spec), ``kubectl get pods
--A`` shows it Running; the container's process is SIGKILLed and kubelet restarts it to Ready.
+-A`` shows it Running; the container's process is SIGKILLed and kubelet restarts it to Ready
+with every record still there.
 
 Needs root and make node-smoke's tools (LOGKEEPER_E2E_TOOLS, LOGKEEPER_E2E_NODE_TOOLS) and
 image (LOGKEEPER_IMAGE_ENV, .cache/image/image.env); skipped otherwise. LOGKEEPER_E2E_KEEP=1 keeps
@@ -27,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,7 @@ from tests.e2e.realnode import NODE_NAME, POD_SUBNET, RealNode
 NAMESPACE = "node-smoke"
 LV = "smoke"
 POD = "smoke-sidecar"
+SIDECAR_PORT = 8080  # the LogVolume's default spec.sidecar.port
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 TIMINGS: dict[str, float] = {}
 _T0 = time.monotonic()
@@ -80,7 +85,7 @@ def env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
     work = Path(tempfile.mkdtemp(prefix="lk-node-"))
-    cp = ControlPlane(work / "cluster", env, extra_controllers=("nodelifecycle",))
+    cp = ControlPlane(work / "cluster", env, extra_controllers=("nodelifecycle", "persistentvolume-binder"))
     node = RealNode(work / "node", env, cp)
     problems: list[str] = []
     try:
@@ -119,9 +124,23 @@ class Kubectl:
         return json.loads(self(*args, "-o", "json").stdout)
 
 
-def sidecar_manifests(image: str) -> list[dict[str, Any]]:
-    """The operator's own objects for a one-volume LogVolume: ConfigMap, token Secret and the
-    StatefulSet's pod template as a Pod, its claim an emptyDir and its image ours (pull Never)."""
+def local_pv(name: str, path: Path, size: str) -> dict[str, Any]:
+    """A static local PersistentVolume on the node (what an administrator or a static provisioner
+    makes): the directory belongs to the sidecar's uid, as kubelet applies no fsGroup to it."""
+    path.mkdir(parents=True)
+    os.chown(path, 10001, 10001)
+    path.chmod(0o750)
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                     "local": {"path": str(path)},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE_NAME]}]}]}}}}
+
+
+def sidecar_manifests(image: str, token: str) -> list[dict[str, Any]]:
+    """The operator's own objects for a one-volume LogVolume: ConfigMap, token Secret, the claim,
+    and the StatefulSet's pod template as a Pod with our image (pull Never)."""
     from logkeeper_operator import builders, render
     from logkeeper_operator.spec import parse_logvolume
 
@@ -130,18 +149,47 @@ def sidecar_manifests(image: str) -> list[dict[str, Any]]:
                             "sidecar": {"image": image, "imagePullPolicy": "Never"}}, default_image=image)
     owner = builders.owner_reference("LogVolume", LV, "00000000-0000-0000-0000-000000000000")
     objs = [builders.configmap(LV, NAMESPACE, owner, render.render_config(spec, {})),
-            builders.secret(LV, NAMESPACE, owner, secrets.token_hex(16))]
+            builders.secret(LV, NAMESPACE, owner, token), *builders.pvcs(LV, NAMESPACE, owner, spec)]
     sts = builders.statefulset(LV, NAMESPACE, owner, spec, render.restart_hash(spec, {}))
     template = copy.deepcopy(sts["spec"]["template"])
     pod_spec = template["spec"]
-    pod_spec["volumes"] = [{"name": v["name"], "emptyDir": {"sizeLimit": "1Gi"}} if "persistentVolumeClaim" in v
-                           else v for v in pod_spec["volumes"]]
     objs.append({"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": POD, "namespace": NAMESPACE, "labels": template["metadata"]["labels"]},
                  "spec": pod_spec})
     for o in objs:
         o["metadata"].pop("ownerReferences", None)
     return objs
+
+
+class Sidecar:
+    """The sidecar's HTTP API (sidecar/logkeeper/server/http_api.py) on the pod's IP, with its token."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.base, self.token = base, token
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.base + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+    def ensure_topic(self, topic: str) -> None:
+        status, body = self.call("POST", "/v1/topics", {"name": topic, "partitions": 1})
+        assert status in (200, 201, 409), (status, body)
+
+    def produce(self, topic: str, records: list[dict[str, str]]) -> None:
+        status, body = self.call("POST", f"/v1/topics/{topic}/partitions/0/records", {"records": records})
+        assert status == 200, (status, body)
+
+    def values(self, topic: str) -> list[str]:
+        status, body = self.call("GET", f"/v1/topics/{topic}/partitions/0/records?offset=0&encoding=utf-8")
+        assert status == 200, (status, body)
+        return [r["value"] for r in body["records"]]
 
 
 def diagnostics(kubectl: Kubectl, node: RealNode) -> str:
@@ -192,9 +240,10 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         refused = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(bare), check=False)
         assert refused.returncode != 0 and "restricted" in refused.stderr, refused.stderr + refused.stdout
 
-        manifests = sidecar_manifests(env["IMAGE_REF"])
-        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
-        mark("sidecar Pod created")
+        pv = local_pv("smoke-disk-0", node.workdir / "volumes" / "disk-0", "1Gi")
+        token = secrets.token_hex(16)
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([pv, *sidecar_manifests(env["IMAGE_REF"], token)]))
+        mark("local PV, claim, ConfigMap, Secret and sidecar Pod created")
         ready = wait_for(lambda: sidecar_ready(kubectl), 240, "the sidecar container Ready (/readyz)", every_s=2)
         mark("sidecar Ready")
         st = pod_status(kubectl)
@@ -203,6 +252,18 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         pods = kubectl("get", "pods", "-A", "-o", "wide").stdout
         print(pods)
         assert POD in pods and "Running" in pods
+
+        claim = kubectl.json("get", "pvc", "-n", NAMESPACE, "-l", f"logkeeper.io/logvolume={LV}")["items"][0]
+        assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "smoke-disk-0", claim["status"]
+
+        # records produced through the sidecar's API on the pod IP land on the local PV
+        api = Sidecar(f"http://{st['podIP']}:{SIDECAR_PORT}", token)
+        api.ensure_topic("accounts")
+        values = [f"value-{i}-{secrets.token_hex(4)}" for i in range(5)]
+        api.produce("accounts", [{"key": f"k{i}", "value": v} for i, v in enumerate(values)])
+        assert api.values("accounts") == values
+        assert any((node.workdir / "volumes" / "disk-0").rglob("*.log")), "no segment on the PV"
+        mark("records produced and read back through the pod IP; segments on the local PV")
 
         # what the runtime really runs: the OCI spec containerd gave runc
         cid = ready["containerID"].split("://", 1)[1]
@@ -228,6 +289,8 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
                              "kubelet to restart the sidecar and /readyz to pass again", every_s=2)
         assert restarted["containerID"] != ready["containerID"]
         mark(f"restarted by kubelet (restartCount {restarted['restartCount']}) and Ready")
+        assert api.values("accounts") == values, "records lost across the container restart"
+        mark("the records are all there after the restart")
         print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
 
         kubectl("delete", "pod", "-n", NAMESPACE, POD, "--wait=true", "--timeout=90s")
