@@ -3,14 +3,14 @@
 tests/e2e/cluster.py's control plane (etcd, kube-apiserver, kube-controller-manager) plus
 tests/e2e/realnode.py's node (containerd, runc, CNI bridge, kube-scheduler, kubelet); images
 imported with ``ctr images import`` (no registry). The Pod is what the operator renders for a
-LogVolume (builders.statefulset's pod template, render.render_config's ConfigMap, the token
+LogVolume (builders.statefulset and .service, render.render_config's ConfigMap, the token
 Secret, builders.pvcs' claim, bound by the persistentvolume-binder to a static local PV the test
 makes), in a namespace that enforces Pod Security "restricted". Checked: the scheduler binds it,
 kubelet runs it, the readiness probe (/readyz) passes, records produced through its API on the
 pod IP are read back and their segments are on the PV, the container runs as uid 10001 with a read-only root, no
 capabilities and the runtime's seccomp profile (from the runtime's own spec), ``kubectl get pods
 -A`` shows it Running; the container's process is SIGKILLed and kubelet restarts it to Ready
-with every record still there.
+with every record still there; the pod is deleted and the StatefulSet's new pod has them too.
 
 Needs root and make node-smoke's tools (LOGKEEPER_E2E_TOOLS, LOGKEEPER_E2E_NODE_TOOLS) and
 image (LOGKEEPER_IMAGE_ENV, .cache/image/image.env); skipped otherwise. LOGKEEPER_E2E_KEEP=1 keeps
@@ -19,7 +19,6 @@ the work dir.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import secrets
@@ -43,7 +42,7 @@ from tests.e2e.realnode import NODE_NAME, POD_SUBNET, RealNode
 
 NAMESPACE = "node-smoke"
 LV = "smoke"
-POD = "smoke-sidecar"
+POD = "smoke-0"  # builders.sidecar_pod_name(LV): the StatefulSet's one pod
 SIDECAR_PORT = 8080  # the LogVolume's default spec.sidecar.port
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 TIMINGS: dict[str, float] = {}
@@ -140,7 +139,7 @@ def local_pv(name: str, path: Path, size: str) -> dict[str, Any]:
 
 def sidecar_manifests(image: str, token: str) -> list[dict[str, Any]]:
     """The operator's own objects for a one-volume LogVolume: ConfigMap, token Secret, the claim,
-    and the StatefulSet's pod template as a Pod with our image (pull Never)."""
+    the headless Service and the StatefulSet, with our image (pull Never); no owner (no LogVolume)."""
     from logkeeper_operator import builders, render
     from logkeeper_operator.spec import parse_logvolume
 
@@ -150,15 +149,19 @@ def sidecar_manifests(image: str, token: str) -> list[dict[str, Any]]:
     owner = builders.owner_reference("LogVolume", LV, "00000000-0000-0000-0000-000000000000")
     objs = [builders.configmap(LV, NAMESPACE, owner, render.render_config(spec, {})),
             builders.secret(LV, NAMESPACE, owner, token), *builders.pvcs(LV, NAMESPACE, owner, spec)]
-    sts = builders.statefulset(LV, NAMESPACE, owner, spec, render.restart_hash(spec, {}))
-    template = copy.deepcopy(sts["spec"]["template"])
-    pod_spec = template["spec"]
-    objs.append({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": POD, "namespace": NAMESPACE, "labels": template["metadata"]["labels"]},
-                 "spec": pod_spec})
+    objs.append(builders.service(LV, NAMESPACE, owner, spec))
+    objs.append(builders.statefulset(LV, NAMESPACE, owner, spec, render.restart_hash(spec, {})))
+    if builders.sidecar_pod_name(LV) != POD:
+        raise AssertionError(f"the StatefulSet's pod is {builders.sidecar_pod_name(LV)}, not {POD}")
     for o in objs:
         o["metadata"].pop("ownerReferences", None)
     return objs
+
+
+def builders_sts_name() -> str:
+    from logkeeper_operator.names import statefulset_name
+
+    return str(statefulset_name(LV))
 
 
 class Sidecar:
@@ -243,7 +246,7 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         pv = local_pv("smoke-disk-0", node.workdir / "volumes" / "disk-0", "1Gi")
         token = secrets.token_hex(16)
         kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([pv, *sidecar_manifests(env["IMAGE_REF"], token)]))
-        mark("local PV, claim, ConfigMap, Secret and sidecar Pod created")
+        mark("local PV, claim, ConfigMap, Secret, Service and StatefulSet created")
         ready = wait_for(lambda: sidecar_ready(kubectl), 240, "the sidecar container Ready (/readyz)", every_s=2)
         mark("sidecar Ready")
         st = pod_status(kubectl)
@@ -293,8 +296,22 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         mark("the records are all there after the restart")
         print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
 
+        # the pod deleted: the StatefulSet makes a new one, on the same claim, with the same records
+        uid = kubectl.json("get", "pod", "-n", NAMESPACE, POD)["metadata"]["uid"]
         kubectl("delete", "pod", "-n", NAMESPACE, POD, "--wait=true", "--timeout=90s")
         mark("pod deleted")
+        wait_for(lambda: kubectl.json("get", "pod", "-n", NAMESPACE, POD)["metadata"]["uid"] != uid
+                 and sidecar_ready(kubectl), 240, "the StatefulSet's new pod Ready", every_s=2)
+        st = pod_status(kubectl)
+        api = Sidecar(f"http://{st['podIP']}:{SIDECAR_PORT}", token)
+        assert api.values("accounts") == values, "records lost across the pod's deletion"
+        mark("a new pod from the StatefulSet, Ready, with every record")
+        print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
+
+        kubectl("delete", "statefulset", "-n", NAMESPACE, builders_sts_name(), "--wait=true", "--timeout=90s")
+        wait_for(lambda: kubectl("get", "pod", "-n", NAMESPACE, POD, check=False).returncode != 0, 120,
+                 "the pod gone after the StatefulSet's deletion", every_s=2)
+        mark("StatefulSet and pod deleted")
         node.check_alive()
     except BaseException:
         print(diagnostics(kubectl, node))
