@@ -60,7 +60,9 @@ def mounts_under(root: Path) -> list[str]:
     return sorted(points, key=len, reverse=True)
 
 
-# kubelet sets these to its liking at start (protectKernelDefaults false); stop() puts them back
+# kubelet sets these to its liking at start (protectKernelDefaults: false; true makes it refuse to
+# start when they differ, and there is no setting to leave them alone); _kubelet() puts the host's
+# values back as soon as kubelet is up, stop() again
 KERNEL_TUNABLES = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # host directories the components make whatever they are configured with (containerd's shim sockets,
 # kubelet's container log links, libcni's result cache); removed by stop() when they were not there
@@ -300,6 +302,24 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                 return bool(r.status == 200)
 
         self._wait(proc, healthy, "/healthz")
+        # kubelet has set its kernel tunables once, at start (container manager setup); put the
+        # host's back at once rather than leave them for the whole run (panic_on_oops=1 on a
+        # shared machine)
+        self.restore_kernel_tunables()
+
+    def restore_kernel_tunables(self) -> list[str]:
+        problems = []
+        for key, value in self.kernel_tunables.items():
+            try:
+                (Path("/proc/sys") / key).write_text(value)
+            except OSError as e:
+                problems.append(f"restore {key}: {e}")
+        return problems
+
+    def kernel_tunables_changed(self) -> dict[str, str]:
+        """Tunables whose value is not what the host had before kubelet started."""
+        now = {k: (Path("/proc/sys") / k).read_text() for k in self.kernel_tunables}
+        return {k: v.strip() for k, v in now.items() if v != self.kernel_tunables[k]}
 
     def _make_cgroup_root(self) -> None:
         """kubelet wants its cgroupRoot to exist in every hierarchy; a new cpuset starts empty, so it
@@ -366,11 +386,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         if Path(f"/sys/class/net/{BRIDGE}").exists():
             subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         problems += self._remove_cgroups()
-        for key, value in self.kernel_tunables.items():
-            try:
-                (Path("/proc/sys") / key).write_text(value)
-            except OSError as e:
-                problems.append(f"restore {key}: {e}")
+        problems += self.restore_kernel_tunables()
         if self.chains_before is not None:
             problems += remove_kube_chains(kube_chains() - self.chains_before)
         problems += self._remove_container_log_links()

@@ -249,6 +249,7 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         mark("local PV, claim, ConfigMap, Secret, Service and StatefulSet created")
         ready = wait_for(lambda: sidecar_ready(kubectl), 240, "the sidecar container Ready (/readyz)", every_s=2)
         mark("sidecar Ready")
+        assert not node.kernel_tunables_changed(), f"kubelet changed them again: {node.kernel_tunables_changed()}"
         st = pod_status(kubectl)
         assert st["phase"] == "Running", st
         assert st.get("podIP", "").startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), st.get("podIP")
@@ -312,6 +313,7 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
         wait_for(lambda: kubectl("get", "pod", "-n", NAMESPACE, POD, check=False).returncode != 0, 120,
                  "the pod gone after the StatefulSet's deletion", every_s=2)
         mark("StatefulSet and pod deleted")
+        assert not node.kernel_tunables_changed(), f"kubelet changed them again: {node.kernel_tunables_changed()}"
         node.check_alive()
     except BaseException:
         print(diagnostics(kubectl, node))
