@@ -2,7 +2,8 @@
 # The node of make node-smoke (issue 18, point 2), built once and cached beside e2e/tools.sh's
 # control plane. e2e/tools.sh runs this when LOGKEEPER_E2E_NODE=1 and passes CACHE, K8S_VERSION,
 # K8S_LDFLAGS and MOD_SUM in the environment:
-#   kubelet, kube-scheduler          go build from a copy of e2e/controlplane (the same module set as
+#   kubelet, kube-scheduler, kube-proxy
+#                                    go build from a copy of e2e/controlplane (the same module set as
 #                                    kube-apiserver); the copy lets Go add the few go.sum lines the
 #                                    node's packages need without touching e2e/controlplane/go.sum,
 #                                    which keys make e2e's cache
@@ -27,16 +28,17 @@ NICE="nice -n ${GO_NICE:-19}"
 say() { echo "e2e/node_tools.sh: $*" >&2; }
 
 NODE_K8S_BIN="$CACHE/k8s-node-$K8S_VERSION-$MOD_SUM/bin"
-if [[ ! -x "$NODE_K8S_BIN/kubelet" || ! -x "$NODE_K8S_BIN/kube-scheduler" ]]; then
-  say "building kubelet and kube-scheduler $K8S_VERSION (cached in $NODE_K8S_BIN)"
+if [[ ! -x "$NODE_K8S_BIN/kubelet" || ! -x "$NODE_K8S_BIN/kube-scheduler" || ! -x "$NODE_K8S_BIN/kube-proxy" ]]; then
+  say "building kubelet, kube-scheduler and kube-proxy $K8S_VERSION (cached in $NODE_K8S_BIN)"
   start=$SECONDS
   src="$CACHE/k8s-node-src-$MOD_SUM"
   rm -rf "$src" && mkdir -p "$src" "$NODE_K8S_BIN.tmp"
   cp "$here/controlplane/go.mod" "$here/controlplane/go.sum" "$src/"
   (cd "$src" && GOFLAGS="${GOFLAGS:-} -mod=mod" $NICE go build -p "${GO_BUILD_P:-2}" -trimpath -ldflags "$K8S_LDFLAGS" \
-      -o "$NODE_K8S_BIN.tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler)
+      -o "$NODE_K8S_BIN.tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kube-proxy)
   rm -rf "$NODE_K8S_BIN" && mv "$NODE_K8S_BIN.tmp" "$NODE_K8S_BIN"
-  say "kubelet and kube-scheduler built in $((SECONDS - start)) s"
+  say "kubelet, kube-scheduler and kube-proxy built in $((SECONDS - start)) s"
 fi
 
 CONTAINERD_BIN="$CACHE/containerd-$CONTAINERD_VERSION/bin"
@@ -98,6 +100,7 @@ fi
   say "versions:"
   echo "  kubelet:        $("$NODE_K8S_BIN/kubelet" --version 2>&1)"
   echo "  kube-scheduler: $("$NODE_K8S_BIN/kube-scheduler" --version 2>&1)"
+  echo "  kube-proxy:     $("$NODE_K8S_BIN/kube-proxy" --version 2>&1)"
   echo "  containerd:     $("$CONTAINERD_BIN/containerd" --version 2>&1)"
   echo "  containerd-shim-runc-v2: $("$CONTAINERD_BIN/containerd-shim-runc-v2" -v 2>&1 | sed -n 's/^ *Version: *//p')"
   echo "  ctr:            $("$CONTAINERD_BIN/ctr" --version 2>&1)"
@@ -112,6 +115,7 @@ fi
 {
   echo "KUBELET=$NODE_K8S_BIN/kubelet"
   echo "KUBE_SCHEDULER=$NODE_K8S_BIN/kube-scheduler"
+  echo "KUBE_PROXY=$NODE_K8S_BIN/kube-proxy"
   echo "CONTAINERD=$CONTAINERD_BIN/containerd"
   echo "CONTAINERD_BIN_DIR=$CONTAINERD_BIN"
   echo "CTR=$CONTAINERD_BIN/ctr"

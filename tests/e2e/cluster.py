@@ -88,6 +88,13 @@ class ControlPlane:
     timings: dict[str, float] = field(default_factory=dict)
     # controllers beyond make e2e's: a real node needs nodelifecycle (it lifts the not-ready taint)
     extra_controllers: tuple[str, ...] = ()
+    # where kube-apiserver listens and what it advertises (a real node's pods reach it there, through
+    # the kubernetes Service: endpoint_reconciler "lease" publishes the address); extra flags of
+    # kube-controller-manager (e.g. --root-ca-file for the root-ca-cert-publisher) and kube-apiserver
+    api_address: str = "127.0.0.1"
+    endpoint_reconciler: str = "none"
+    controller_manager_args: tuple[str, ...] = ()
+    apiserver_args: tuple[str, ...] = ()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         log = self.workdir / f"{name}.log"
@@ -134,11 +141,11 @@ class ControlPlane:
         subprocess.run(["openssl", "genrsa", "-out", str(w / "sa.key"), "2048"], check=True, capture_output=True)
         (w / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin-uid,system:masters\n")
         port = free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        self.server = f"https://{self.api_address}:{port}"
         api = self._spawn("kube-apiserver", [
             self.tools["KUBE_APISERVER"],
             f"--etcd-servers=http://127.0.0.1:{client}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={self.api_address}", f"--advertise-address={self.api_address}", f"--secure-port={port}",
             f"--cert-dir={w / 'certs'}",
             f"--token-auth-file={w / 'tokens.csv'}",
             "--authorization-mode=RBAC",
@@ -148,7 +155,7 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/24",
             "--allow-privileged=false",
             "--profiling=false",
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={self.endpoint_reconciler}", *self.apiserver_args,
             "--v=1"])
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -178,7 +185,7 @@ class ControlPlane:
                                          "garbagecollector", "pvc-protection", *self.extra_controllers]),
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--use-service-account-credentials=false", "--authentication-skip-lookup=true",
-            "--concurrent-statefulset-syncs=2", "--concurrent-job-syncs=2",
+            "--concurrent-statefulset-syncs=2", "--concurrent-job-syncs=2", *self.controller_manager_args,
             "--v=1"])
 
     def stop(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -63,7 +64,7 @@ def mounts_under(root: Path) -> list[str]:
 # kubelet sets these to its liking at start (protectKernelDefaults: false; true makes it refuse to
 # start when they differ, and there is no setting to leave them alone); _kubelet() puts the host's
 # values back as soon as kubelet is up, stop() again
-KERNEL_TUNABLES = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+KERNEL_TUNABLES = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/conf/all/route_localnet")
 # host directories the components make whatever they are configured with (containerd's shim sockets,
 # kubelet's container log links, libcni's result cache); removed by stop() when they were not there
 # before and are empty again
@@ -95,9 +96,11 @@ def remove_kube_chains(chains: set[tuple[str, str, str]]) -> list[str]:
         dump = subprocess.run([f"{cmd}-save", "-t", table], capture_output=True, text=True, timeout=30,
                               check=False).stdout
         for line in dump.splitlines():
-            if line.startswith("-A ") and f"-j {chain}" in line.split(" -m comment")[0] + " ":
-                subprocess.run([cmd, "-t", table, "-D", *line[3:].split()], capture_output=True, timeout=30,
-                               check=False)
+            if not line.startswith("-A "):
+                continue
+            rule = shlex.split(line)[1:]  # comments are quoted
+            if "-j" in rule and rule[rule.index("-j") + 1] == chain and (cmd, table, rule[0]) not in chains:
+                subprocess.run([cmd, "-t", table, "-D", *rule], capture_output=True, timeout=30, check=False)
     for cmd, table, chain in sorted(chains):
         subprocess.run([cmd, "-t", table, "-F", chain], capture_output=True, timeout=30, check=False)
     for cmd, table, chain in sorted(chains):
@@ -117,6 +120,11 @@ class RealNode:
     kernel_tunables: dict[str, str] = field(default_factory=dict)
     chains_before: set[tuple[str, str, str]] | None = None
     host_dirs_before: set[str] = field(default_factory=set)
+    # with a kube-proxy binary: Services work from pods (iptables mode), and pods get a route to
+    # service_cidr (the API server's --service-cluster-ip-range) through the node
+    kube_proxy: str = ""
+    service_cidr: str = ""
+    network_made: bool = False
 
     @property
     def socket(self) -> Path:
@@ -169,7 +177,8 @@ class RealNode:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host_dirs_before = {d for d in HOST_DIRS if Path(d).exists()}
         t0 = time.monotonic()
-        self._network()
+        if not Path(f"/sys/class/net/{BRIDGE}").exists() or not self.network_made:
+            self.make_network()
         self._containerd()
         self.timings["containerd_s"] = time.monotonic() - t0
         for archive in [Path(self.tools["PAUSE_ARCHIVE"]), *images]:
@@ -182,11 +191,17 @@ class RealNode:
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1"])
         self._kubelet()
+        if self.kube_proxy:
+            self._kube_proxy()
         self.timings["node_up_s"] = time.monotonic() - t0
 
-    def _network(self) -> None:
+    def make_network(self) -> None:
         """The pod network's bridge, made before kubelet starts so that its address can be the node's
-        IP; the CNI bridge plugin adopts it. Its config goes where containerd's CRI reads it."""
+        IP (and kube-apiserver's, ControlPlane.api_address, when pods talk to it: call this before
+        the control plane starts); the CNI bridge plugin adopts it. Its config goes where
+        containerd's CRI reads it."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.network_made = True
         if Path(f"/sys/class/net/{BRIDGE}").exists():  # left by a run that was killed
             print(f"realnode: deleting {BRIDGE}, left by an earlier run", flush=True)
             self.run(["ip", "link", "del", BRIDGE])
@@ -201,7 +216,7 @@ class RealNode:
                 "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
                 "ipam": {"type": "host-local", "dataDir": str(self.workdir / "cni" / "ipam"),
                          "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
-                         "routes": [{"dst": POD_SUBNET}]},
+                         "routes": [{"dst": POD_SUBNET}, *([{"dst": self.service_cidr}] if self.service_cidr else [])]},
             }],
         }
         (conf_dir / "10-logkeeper.conflist").write_text(json.dumps(conflist, indent=1))
@@ -321,6 +336,24 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         now = {k: (Path("/proc/sys") / k).read_text() for k in self.kernel_tunables}
         return {k: v.strip() for k, v in now.items() if v != self.kernel_tunables[k]}
 
+    def _kube_proxy(self) -> None:
+        """iptables mode; no conntrack sysctls (max-per-core 0), NodePorts only on the pod network
+        (so no route_localnet)."""
+        healthz = free_port()
+        proc = self._spawn("kube-proxy", [
+            self.kube_proxy, f"--kubeconfig={self.control_plane.kubeconfig_path}", f"--hostname-override={NODE_NAME}",
+            "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}", f"--nodeport-addresses={POD_SUBNET}",
+            "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
+            "--conntrack-tcp-timeout-close-wait=0", f"--healthz-bind-address=127.0.0.1:{healthz}",
+            f"--metrics-bind-address=127.0.0.1:{free_port()}", "--v=1"])
+
+        def healthy() -> bool:
+            import urllib.request
+            with urllib.request.urlopen(f"http://127.0.0.1:{healthz}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+
+        self._wait(proc, healthy, "/healthz")
+
     def _make_cgroup_root(self) -> None:
         """kubelet wants its cgroupRoot to exist in every hierarchy; a new cpuset starts empty, so it
         gets its parent's CPUs and memory nodes."""
@@ -346,6 +379,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         return {
             "kubelet": first([t["KUBELET"], "--version"]),
             "kube-scheduler": first([t["KUBE_SCHEDULER"], "--version"]),
+            "kube-proxy": first([self.kube_proxy, "--version"]) if self.kube_proxy else "not started",
             "containerd": first([t["CONTAINERD"], "--version"]),
             "runc": first([t["RUNC"], "--version"]),
             "crictl": first([t["CRICTL"], "--version"]),
@@ -367,16 +401,20 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         """Stop everything this node started; returns what could not be cleaned (for the report)."""
         problems: list[str] = []
         by_name = {p.name: p for p in self.procs}
+        t = time.monotonic()
         if "kubelet" in by_name:
             by_name["kubelet"].stop()
+            self.timings["stop kubelet s"] = round(time.monotonic() - t, 1)
         if "containerd" in by_name and by_name["containerd"].popen.poll() is None:
             for what in (("rmp", "--force", "--all"),):
                 out = self.crictl(*what, timeout_s=90, check=False)
                 if out.returncode != 0:
                     problems.append(f"crictl {' '.join(what)}: {out.stderr.strip()}")
-        for name in ("kube-scheduler", "containerd"):
+        for name in ("kube-proxy", "kube-scheduler", "containerd"):
             if name in by_name:
+                t = time.monotonic()
                 by_name[name].stop()
+                self.timings[f"stop {name} s"] = round(time.monotonic() - t, 1)
         self.procs.clear()
         problems += self._kill_shims()
         for point in mounts_under(self.workdir):

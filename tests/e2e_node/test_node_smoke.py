@@ -1,11 +1,14 @@
 """make node-smoke: our image's sidecar as a Pod on a real node (issue 18, point 2's groundwork).
 
-tests/e2e/cluster.py's control plane (etcd, kube-apiserver, kube-controller-manager) plus
-tests/e2e/realnode.py's node (containerd, runc, CNI bridge, kube-scheduler, kubelet); images
+tests/e2e/cluster.py's control plane (etcd, kube-apiserver on the node's IP, kube-controller-manager)
+plus tests/e2e/realnode.py's node (containerd, runc, CNI bridge, kube-scheduler, kubelet,
+kube-proxy); images
 imported with ``ctr images import`` (no registry). The Pod is what the operator renders for a
 LogVolume (builders.statefulset and .service, render.render_config's ConfigMap, the token
 Secret, builders.pvcs' claim, bound by the persistentvolume-binder to a static local PV the test
-makes), in a namespace that enforces Pod Security "restricted". Checked: the scheduler binds it,
+makes), in a namespace that enforces Pod Security "restricted". Checked first: a pod reaches the API server through the
+kubernetes Service with its ServiceAccount token and the projected CA (as the operator will
+in-cluster), and ``kubectl logs`` reads its output. Then: the scheduler binds it,
 kubelet runs it, the readiness probe (/readyz) passes, records produced through its API on the
 pod IP are read back and their segments are on the PV, the container runs as uid 10001 with a read-only root, no
 capabilities and the runtime's seccomp profile (from the runtime's own spec), ``kubectl get pods
@@ -38,12 +41,13 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import ControlPlane, read_tools
-from tests.e2e.realnode import NODE_NAME, POD_SUBNET, RealNode
+from tests.e2e.realnode import NODE_IP, NODE_NAME, POD_SUBNET, RealNode
 
 NAMESPACE = "node-smoke"
 LV = "smoke"
 POD = "smoke-0"  # builders.sidecar_pod_name(LV): the StatefulSet's one pod
 SIDECAR_PORT = 8080  # the LogVolume's default spec.sidecar.port
+SERVICE_CIDR = "10.96.0.0/24"  # cluster.py's --service-cluster-ip-range
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 TIMINGS: dict[str, float] = {}
 _T0 = time.monotonic()
@@ -84,10 +88,17 @@ def env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
     work = Path(tempfile.mkdtemp(prefix="lk-node-"))
-    cp = ControlPlane(work / "cluster", env, extra_controllers=("nodelifecycle", "persistentvolume-binder"))
-    node = RealNode(work / "node", env, cp)
+    # kube-apiserver on the node's IP (the pod network's bridge), published as the kubernetes
+    # Service's endpoint; kube-proxy routes 10.96.0.1 to it, so pods reach it as in any cluster
+    cp = ControlPlane(work / "cluster", env,
+                      extra_controllers=("nodelifecycle", "persistentvolume-binder", "root-ca-cert-publisher"),
+                      api_address=NODE_IP, endpoint_reconciler="lease",
+                      controller_manager_args=(f"--root-ca-file={work / 'cluster' / 'certs' / 'apiserver.crt'}",),
+                      apiserver_args=("--kubelet-preferred-address-types=InternalIP",))
+    node = RealNode(work / "node", env, cp, kube_proxy=env["KUBE_PROXY"], service_cidr=SERVICE_CIDR)
     problems: list[str] = []
     try:
+        node.make_network()
         cp.start()
         mark("control plane up")
         node.start([Path(env["IMAGE_ARCHIVE"])])
@@ -97,7 +108,10 @@ def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
         try:
             problems = node.stop()
         finally:
+            t = time.monotonic()
             cp.stop()
+            node.timings["stop control plane s"] = round(time.monotonic() - t, 1)
+            print("node timings:", json.dumps({k: round(v, 1) for k, v in node.timings.items()}))
         mark("stopped")
         if os.environ.get("LOGKEEPER_E2E_KEEP"):
             print(f"\nwork dir kept: {work}")
@@ -156,6 +170,37 @@ def sidecar_manifests(image: str, token: str) -> list[dict[str, Any]]:
     for o in objs:
         o["metadata"].pop("ownerReferences", None)
     return objs
+
+
+API_PROBE = """
+import ssl, urllib.error, urllib.request
+d = "/var/run/secrets/kubernetes.io/serviceaccount/"
+ctx = ssl.create_default_context(cafile=d + "ca.crt")
+print(urllib.request.urlopen("https://10.96.0.1/version", context=ctx, timeout=10).read().decode())
+req = urllib.request.Request("https://10.96.0.1/api/v1/namespaces/%s/pods",
+                             headers={"Authorization": "Bearer " + open(d + "token").read()})
+try:
+    urllib.request.urlopen(req, context=ctx, timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+"""
+
+
+def api_probe_pod(image: str) -> dict[str, Any]:
+    """Our image's Python, as uid 10001 under "restricted", asks the API server through the Service."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "api-probe", "namespace": NAMESPACE},
+            "spec": {"restartPolicy": "Never",
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "probe", "image": image, "imagePullPolicy": "Never",
+                                     "command": ["/opt/logkeeper/bin/python", "-c", API_PROBE % NAMESPACE],
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "readOnlyRootFilesystem": True,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}}
+
+
+def pod_phase(kubectl: Kubectl, name: str) -> str:
+    return str(kubectl.json("get", "pod", "-n", NAMESPACE, name)["status"].get("phase", ""))
 
 
 def builders_sts_name() -> str:
@@ -242,6 +287,17 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
                 "spec": {"containers": [{"name": "c", "image": env["IMAGE_REF"]}]}}
         refused = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(bare), check=False)
         assert refused.returncode != 0 and "restricted" in refused.stderr, refused.stderr + refused.stdout
+
+        # a pod reaches the API server the way the operator will: the kubernetes Service (kube-proxy),
+        # TLS checked against the projected CA, its ServiceAccount's token (no rights: 403 naming it)
+        probe = api_probe_pod(env["IMAGE_REF"])
+        kubectl("apply", "-f", "-", stdin=json.dumps(probe))
+        wait_for(lambda: pod_phase(kubectl, "api-probe") in ("Succeeded", "Failed"), 120, "the API probe pod to end")
+        logs = kubectl("logs", "-n", NAMESPACE, "api-probe").stdout
+        assert pod_phase(kubectl, "api-probe") == "Succeeded", logs
+        assert '"gitVersion"' in logs and f"system:serviceaccount:{NAMESPACE}:default" in logs, logs
+        kubectl("delete", "pod", "-n", NAMESPACE, "api-probe", "--wait=true", "--timeout=60s")
+        mark("a pod reached the API server through the kubernetes Service with its token (kubectl logs read it)")
 
         pv = local_pv("smoke-disk-0", node.workdir / "volumes" / "disk-0", "1Gi")
         token = secrets.token_hex(16)
