@@ -33,6 +33,14 @@ own recovery runs under the FUSE layer and is cut too. Every ``EPOCH`` cuts the 
 empty again, so a round stays short. Count: LOGKEEPER_POWER_CUTS (small by default; ``make
 crash`` sets 1000). A summary line goes to stdout and, when LOGKEEPER_CRASH_REPORT names a
 file, is appended there.
+
+OPEN BUG (2026-11-24): under load (other processes busy on the 2 cores) this test fails now and
+then: 1 of 1000 cuts in one ``make crash`` (cut 21, seed 973696157, cut seed 587090468, torn: the
+last promised record of 8 keys of ``cutc-0``, offsets 4947-4954, gone), and at cut 139 of
+``LOGKEEPER_POWER_CUTS=700 LOGKEEPER_CRASH_SEED=777`` (``cutms-0`` offset 3314: 12 promised
+records lost, no torn tail). Two earlier runs of 1000 cuts on a quiet machine lost nothing. Not
+yet explained (the engine, or this file system's model of fsync); so the test runs in ``make
+crash`` only, not in ``make test`` or CI.
 """
 
 from __future__ import annotations
