@@ -397,8 +397,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                 raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
 
     # stop -----------------------------------------------------------------------------------
-    def stop(self) -> list[str]:
-        """Stop everything this node started; returns what could not be cleaned (for the report)."""
+    def stop(self, delete_network: bool = True) -> list[str]:
+        """Stop everything this node started; returns what could not be cleaned (for the report).
+        delete_network=False keeps the bridge (kube-apiserver on its address deletes its lease
+        through it when it stops: stop the control plane, then call delete_network)."""
         problems: list[str] = []
         by_name = {p.name: p for p in self.procs}
         t = time.monotonic()
@@ -421,8 +423,8 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
             out = subprocess.run(["umount", "--lazy", point], capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 problems.append(f"umount {point}: {out.stderr.strip()}")
-        if Path(f"/sys/class/net/{BRIDGE}").exists():
-            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        if delete_network:
+            self.delete_network()
         problems += self._remove_cgroups()
         problems += self.restore_kernel_tunables()
         if self.chains_before is not None:
@@ -435,6 +437,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                 except OSError as e:
                     problems.append(f"{d} left (not empty): {e}")
         return problems
+
+    def delete_network(self) -> None:
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
 
     def _kill_shims(self) -> list[str]:
         """containerd-shim-runc-v2 processes outlive containerd by design; ours name our socket."""

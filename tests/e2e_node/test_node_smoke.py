@@ -106,11 +106,14 @@ def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
         yield cp, node
     finally:
         try:
-            problems = node.stop()
+            problems = node.stop(delete_network=False)
         finally:
-            t = time.monotonic()
+            for proc in reversed(cp.procs):
+                t = time.monotonic()
+                proc.stop()
+                node.timings[f"stop {proc.name} s"] = round(time.monotonic() - t, 1)
             cp.stop()
-            node.timings["stop control plane s"] = round(time.monotonic() - t, 1)
+            node.delete_network()
             print("node timings:", json.dumps({k: round(v, 1) for k, v in node.timings.items()}))
         mark("stopped")
         if os.environ.get("LOGKEEPER_E2E_KEEP"):
