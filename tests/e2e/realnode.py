@@ -317,9 +317,12 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
                 return bool(r.status == 200)
 
         self._wait(proc, healthy, "/healthz")
-        # kubelet has set its kernel tunables once, at start (container manager setup); put the
-        # host's back at once rather than leave them for the whole run (panic_on_oops=1 on a
-        # shared machine)
+        # kubelet sets its kernel tunables once, when its container manager starts (cm.Start ->
+        # setupNode, once the runtime is first up: after /healthz answers and possibly after the
+        # sync loop starts), just before it starts the device plugin manager; put the host's values
+        # back then rather than leave them for the whole run (panic_on_oops=1 on a shared machine)
+        self._wait(proc, lambda: b"Starting Device Plugin manager" in proc.log.read_bytes(),
+                   "its container manager started")
         self.restore_kernel_tunables()
 
     def restore_kernel_tunables(self) -> list[str]:

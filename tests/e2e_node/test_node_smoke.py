@@ -377,3 +377,89 @@ def test_sidecar_pod_on_a_real_node(cluster: tuple[ControlPlane, RealNode], env:
     except BaseException:
         print(diagnostics(kubectl, node))
         raise
+
+
+OPERATOR_NS = "logkeeper-system"
+LV_NS = "orders-ns"
+LOGVOLUME = f"""
+apiVersion: logkeeper.io/v1alpha1
+kind: LogVolume
+metadata: {{name: orders, namespace: {LV_NS}}}
+spec:
+  volumes:
+    - {{id: disk-0, size: 1Gi, deleteClaim: true}}
+    - {{id: disk-1, size: 1Gi, deleteClaim: true}}
+  topics:
+    - {{name: accounts, partitions: 1, configs: {{cleanup.policy: [compact]}}}}
+  sidecar: {{imagePullPolicy: Never}}
+"""
+
+
+def test_operator_in_cluster(cluster: tuple[ControlPlane, RealNode], env: dict[str, str]) -> None:
+    """As the user: kubectl apply -f crds/, helm install (the operator a Deployment of our image
+    under the chart's ServiceAccount), kubectl apply a LogVolume on static local PVs; the operator
+    pod, in-cluster, makes the sidecar's StatefulSet and reports Ready; records go through the
+    sidecar; deleting the LogVolume and helm uninstall leave no pod."""
+    import base64
+
+    cp, node = cluster
+    kubectl = Kubectl(cp.kubeconfig_path)
+    repo = Path(__file__).resolve().parents[2]
+    helm_home = str(node.workdir / "helm")
+    helm_env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path), "HELM_CACHE_HOME": helm_home,
+                "HELM_CONFIG_HOME": helm_home, "HELM_DATA_HOME": helm_home}
+
+    def helm(*args: str) -> str:
+        out = subprocess.run([env["HELM"], *args], capture_output=True, text=True, env=helm_env, timeout=300,
+                             check=False)
+        assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stderr}{out.stdout}"
+        return out.stdout
+
+    try:
+        kubectl("apply", "-f", str(repo / "crds"))
+        for ns in (OPERATOR_NS, LV_NS):
+            kubectl("create", "namespace", ns)
+            kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest")
+        wait_for(lambda: all(kubectl("get", "crd", f"{n}.logkeeper.io",
+                                     check=False).returncode == 0 for n in ("logvolumes", "cleanerpolicies")),
+                 60, "the CRDs")
+        helm("install", "logkeeper", str(repo / "charts" / "logkeeper"), "-n", OPERATOR_NS,
+             "--set", f"operator.watchNamespaces={{{LV_NS}}}", "--wait", "--timeout", "180s")
+        mark("helm install: the operator's Deployment is available (in-cluster, our image)")
+        pvs = [local_pv(f"orders-pv-{i}", node.workdir / "volumes" / f"orders-{i}", "1Gi") for i in range(2)]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pvs))
+        kubectl("apply", "-f", "-", stdin=LOGVOLUME)
+        wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in
+                             kubectl.json("get", "logvolume", "orders", "-n", LV_NS).get("status", {})
+                             .get("conditions", [])), 240, "the LogVolume Ready", every_s=2)
+        mark("LogVolume Ready (the in-cluster operator made the StatefulSet and read the sidecar's status)")
+        lv_table = kubectl("get", "logvolumes", "-A").stdout
+        pods = kubectl("get", "pods", "-A", "-o", "wide").stdout
+        print(lv_table, pods, sep="\n")
+        assert "orders" in lv_table and "True" in lv_table
+        assert pods.count("Running") >= 2, pods
+        sidecar = kubectl.json("get", "pod", "orders-0", "-n", LV_NS)
+        secret = kubectl.json("get", "secret", "orders-token", "-n", LV_NS)
+        api = Sidecar(f"http://{sidecar['status']['podIP']}:{SIDECAR_PORT}",
+                      base64.b64decode(secret["data"]["token"]).decode())
+        values = [f"v{i}-{secrets.token_hex(4)}" for i in range(3)]
+        api.produce("accounts", [{"key": f"k{i}", "value": v} for i, v in enumerate(values)])
+        assert api.values("accounts") == values
+        mark("records produced and read back through the operator's sidecar")
+
+        kubectl("delete", "logvolume", "orders", "-n", LV_NS, "--wait=true", "--timeout=120s")
+        wait_for(lambda: not kubectl.json("get", "pods", "-n", LV_NS)["items"], 120, "the sidecar pod gone",
+                 every_s=2)
+        helm("uninstall", "logkeeper", "-n", OPERATOR_NS, "--wait", "--timeout", "120s")
+        wait_for(lambda: not kubectl.json("get", "pods", "-n", OPERATOR_NS)["items"], 120, "the operator pod gone",
+                 every_s=2)
+        mark("LogVolume deleted and helm uninstall: no pod left")
+    except BaseException:
+        for args in (("get", "pods", "-A", "-o", "wide"), ("get", "logvolumes", "-A", "-o", "yaml"),
+                     ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+                     ("logs", "-n", OPERATOR_NS, "deploy/logkeeper", "--tail", "60")):
+            out = kubectl(*args, check=False)
+            print(f"--- kubectl {' '.join(args)} ---\n{out.stdout}{out.stderr}")
+        print(node.log_tails())
+        raise
