@@ -126,7 +126,8 @@ kind-e2e:
 
 # Our image's sidecar as a Pod on a real node (issue 18, point 2's groundwork; not part of make e2e
 # yet): LOGKEEPER_E2E_NODE=1 e2e/tools.sh also builds kubelet, kube-scheduler, containerd, CNI
-# plugins, crictl and a pause image (e2e/node_tools.sh); tests/e2e_node runs them. Needs root and make image.
+# plugins, crictl, kube-proxy and a pause image (e2e/node_tools.sh); tests/e2e_node runs them: the
+# sidecar's pod, then helm install with the operator in-cluster and a LogVolume. Needs root and make image.
 node-smoke: setup
 	@$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,e2e]'
 	@$(PLAIN_PTH)
