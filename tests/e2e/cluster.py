@@ -23,8 +23,10 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ADMIN_TOKEN = "logkeeper-e2e-admin"  # a throwaway token of a throwaway API server on loopback
 START_TIMEOUT_S = 120
@@ -76,6 +78,22 @@ class Proc:
         except OSError:
             return ""
 
+    def wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = START_TIMEOUT_S,
+                 poll_s: float = 0.3, tolerated: tuple[type[BaseException], ...] = (OSError,)) -> None:
+        """Poll ``check`` until it is true; fail with the log's tail if the process exits first or
+        ``timeout_s`` passes. ``tolerated`` errors of the check count as not yet."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.popen.returncode} before {what}:\n{self.tail()}")
+            try:
+                if check():
+                    return
+            except tolerated:
+                pass
+            time.sleep(poll_s)
+        raise RuntimeError(f"{self.name}: no {what} within {timeout_s} s:\n{self.tail()}")
+
 
 @dataclass
 class ControlPlane:
@@ -106,18 +124,8 @@ class ControlPlane:
         self.procs.append(proc)
         return proc
 
-    def _wait(self, proc: Proc, check: callable, what: str) -> None:  # type: ignore[valid-type]
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} before {what}:\n{proc.tail()}")
-            try:
-                if check():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"{proc.name}: no {what} within {START_TIMEOUT_S} s:\n{proc.tail()}")
+    def _wait(self, proc: Proc, check: Callable[[], Any], what: str) -> None:
+        proc.wait_for(check, what)
 
     def start(self) -> None:
         w = self.workdir

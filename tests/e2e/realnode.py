@@ -145,17 +145,8 @@ class RealNode:
         return proc
 
     def _wait(self, proc: Proc, check: Any, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} before {what}:\n{proc.tail()}")
-            try:
-                if check():
-                    return
-            except (OSError, subprocess.SubprocessError):
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"{proc.name}: no {what} within {timeout_s} s:\n{proc.tail()}")
+        # crictl and kubectl checks may time out (SubprocessError) while their server starts
+        proc.wait_for(check, what, timeout_s, poll_s=0.5, tolerated=(OSError, subprocess.SubprocessError))
 
     def run(self, argv: list[str], timeout_s: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
