@@ -19,18 +19,16 @@ sidecar runs: it has opened neither copy.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-import numpy as np
-
 from ..log import names
 from ..log.log_dir import LogDir, capped_special_dir_name
 from ..log.replace import fsync_dir
 from ..records.scan import first_crc_mismatch, scan_batches
+from .verify import map_file
 
 
 class Copy(NamedTuple):
@@ -45,26 +43,13 @@ class ResolveError(Exception):
 
 def _segment_end(log_file: Path) -> int | None:
     """One past the last offset of the segment's valid batches, or None when it has none."""
-    size = log_file.stat().st_size
-    if size == 0:
-        return None
-    fd = os.open(log_file, os.O_RDONLY)
-    try:
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
-    try:
-        buf = np.frombuffer(mm, dtype=np.uint8)
-        table = scan_batches(buf, 0, size)
-        n = len(table)
-        bad = first_crc_mismatch(buf, table)
-        if bad >= 0:
-            n = bad
-        end = int(table.base_offset[n - 1]) + int(table.last_offset_delta[n - 1]) + 1 if n else None
-        del buf, table
-        return end
-    finally:
-        mm.close()
+    buf = map_file(log_file)
+    table = scan_batches(buf, 0, buf.shape[0])
+    n = len(table)
+    bad = first_crc_mismatch(buf, table)
+    if bad >= 0:
+        n = bad
+    return int(table.base_offset[n - 1]) + int(table.last_offset_delta[n - 1]) + 1 if n else None
 
 
 def log_end_offset(partition_dir: Path) -> int:

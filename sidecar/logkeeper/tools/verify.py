@@ -128,7 +128,7 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
             prev_next_offset = batch_last + 1
 
 
-def _map_file(path: Path) -> np.ndarray:
+def map_file(path: Path) -> np.ndarray:
     """The file as a read-only array (the map lives as long as the array)."""
     size = path.stat().st_size
     if size == 0:
@@ -144,7 +144,7 @@ def _map_file(path: Path) -> np.ndarray:
 def _verify_segment(log_file: Path, base: int, floor: int | None, report: VerifyReport) -> int | None:
     """Check one segment; return its last offset (None when empty)."""
     name = str(log_file)
-    buf = _map_file(log_file)
+    buf = map_file(log_file)
     table = scan_batches(buf, 0, buf.shape[0])
     n = len(table)
     if table.stop_reason != ScanStop.END:
