@@ -15,8 +15,8 @@ durability contract there (the README's "Durability contract"):
 - ``cutms`` (flush.ms=0, the flusher runs every 10 ms, no retention): once the log's recovery
   point, moved by the background flusher, was seen above it;
 - ``cutc`` (compacted, flush.messages=1, the log cleaner running: ``.cleaned`` segments swapped
-  in by ``log/replace.py``): once ``append`` returned; compaction may drop a record, but never
-  the last promised record of its key;
+  in by ``log/replace.py``): once ``append`` returned; compaction may drop a record, but the
+  last promised record of its key stays unless a later record of that key is there;
 - every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
   start again in the same process: the next start trusts the clean-shutdown marker).
 
@@ -34,13 +34,16 @@ empty again, so a round stays short. Count: LOGKEEPER_POWER_CUTS (small by defau
 crash`` sets 1000). A summary line goes to stdout and, when LOGKEEPER_CRASH_REPORT names a
 file, is appended there.
 
-OPEN BUG (2026-11-24): under load (other processes busy on the 2 cores) this test fails now and
-then: 1 of 1000 cuts in one ``make crash`` (cut 21, seed 973696157, cut seed 587090468, torn: the
-last promised record of 8 keys of ``cutc-0``, offsets 4947-4954, gone), and at cut 139 of
-``LOGKEEPER_POWER_CUTS=700 LOGKEEPER_CRASH_SEED=777`` (``cutms-0`` offset 3314: 12 promised
-records lost, no torn tail). Two earlier runs of 1000 cuts on a quiet machine lost nothing. Not
-yet explained (the engine, or this file system's model of fsync); so the test runs in ``make
-crash`` only, not in ``make test`` or CI.
+Two things the engine rightly does, which this test once called losses (the failures were rare,
+seen under load; ``test_power_cut_checks.py`` keeps both as regression tests):
+
+- a roll makes the new segment's name durable before the old segment's tail is flushed (Kafka
+  flushes it later, too), so a cut can lose that unpromised tail and keep the empty new segment:
+  the log end offset recovered from it lies above a gap no promise covered, with no record after
+  it until the next child appends;
+- between draining the pipe and the cut the child goes on: appends (durable, not yet promised),
+  a roll, a cleaning that drops a promised record superseded by one of those appends. Compaction
+  keeps each key's newest record, so a later record of the key stands for the promised one.
 """
 
 from __future__ import annotations
@@ -195,6 +198,7 @@ class Figures:
     promises: int = 0
     records_checked: int = 0
     records_lost: int = 0
+    superseded_after_promise: int = 0  # promised records the cleaner rightly dropped (check_compacted)
     lost_bytes: int = 0
     undone_dir_changes: int = 0
     fsyncs: int = 0
@@ -312,10 +316,13 @@ def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figur
     assert lg is not None
     offset = lg.log_start_offset
     while offset < want:
+        if (i, offset) in expected.gaps:  # no promise covers it (see Expected.gaps)
+            # it may even run up to the promise with no record after it: a roll made the next
+            # segment's name durable, the old segment's unflushed tail was lost, and the log end
+            # offset recovered from the empty new segment is above the gap (as in Kafka)
+            offset += 1
+            continue
         records, err = read_from(m, tp, offset)
-        if records and records[0].offset > offset and all(
-                (i, o) in expected.gaps for o in range(offset, min(records[0].offset, want))):
-            offset = records[0].offset  # a gap no promise covered (see Expected.gaps)
         if offset < want and (not records or records[0].offset != offset):
             lost = want - offset
             problems.append(f"{tp} offset {offset} unreadable ({err or 'no batch'}): {lost} promised "
@@ -325,6 +332,8 @@ def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figur
         for rec in records:
             if rec.offset >= want:
                 break
+            while offset < rec.offset and (i, offset) in expected.gaps:
+                offset += 1
             if rec.offset != offset:
                 problems.append(f"{tp} offset {offset} missing (the next record is {rec.offset})")
                 figures.records_lost += 1
@@ -336,13 +345,18 @@ def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figur
 
 def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
                     problems: list[str]) -> None:
-    """The records kept are the ones written; each key's last promised record is among them."""
+    """The records kept are the ones written; each key's last promised record is among them, or a
+    later record of that key is: between draining the promises and the cut the child goes on
+    appending (durable, unpromised records), rolling and cleaning, and the cleaner rightly drops
+    a promised record that such a record supersedes (found by ``make crash``: cut 21 of the
+    default seed lost 8 keys' promised records to their successors)."""
     tp = PARTITIONS[i]
     lg = m.get_log(tp)
     assert lg is not None
     present: set[int] = set()
+    newest: dict[bytes | None, int] = {}  # key -> its newest offset anywhere in the log
     offset = lg.log_start_offset
-    while offset < min(want, lg.log_end_offset):
+    while offset < lg.log_end_offset:
         records, err = read_from(m, tp, offset)
         if err is not None:
             problems.append(f"{tp} offset {offset} unreadable: {err}")
@@ -353,13 +367,23 @@ def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figure
                 present.add(rec.offset)
                 figures.records_checked += 1
                 figures.records_lost += not check_record(i, rec, expected, problems)
+            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
+                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
+                                f"value {rec.value!r}")
+                continue
+            newest[rec.key] = rec.offset
         offset = records[-1].offset + 1
     for key in range(KEYS):
         last = want - 1 - (want - 1 - key) % KEYS  # the key's last offset below the promise
         while last >= 0 and (i, last) in expected.gaps:
             last -= KEYS
-        if last >= 0 and last not in present:
-            problems.append(f"{tp} key {key}: its last promised record, offset {last}, is gone")
+        if last < 0 or last in present:
+            continue
+        if newest.get(str(key).encode(), -1) > last:
+            figures.superseded_after_promise += 1
+        else:
+            problems.append(f"{tp} key {key}: its last promised record, offset {last}, is gone "
+                            "and no later record of the key is there")
             figures.records_lost += 1
 
 
@@ -488,6 +512,10 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
             else:
                 promises += 1
                 expected.add(i, a, b, starts[i], found.get(i, []))
+        if os.environ.get("LOGKEEPER_CRASH_KEEP"):  # for a post-mortem: the child's messages, the
+            # last two cuts' (the image a failing cut started from was written by the cut before)
+            (tmp_path / f"messages-{n}.txt").write_text("\n".join(map(str, messages)) + "\n")
+            (tmp_path / f"messages-{n - 2}.txt").unlink(missing_ok=True)
         figures.productive += bool(promises)
         figures.promises += promises
         check = tmp_path / "check"
@@ -499,7 +527,8 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     report(f"power cuts: {figures.cuts} cuts ({figures.torn_cuts} with torn tails) in {elapsed:.1f} s; "
            f"{figures.productive} children made promises ({figures.promises} promises); "
-           f"{figures.records_checked} promised records checked, {figures.records_lost} lost; "
+           f"{figures.records_checked} promised records checked, {figures.records_lost} lost "
+           f"({figures.superseded_after_promise} compacted away by records written after the promise); "
            f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "
            f"directory changes; {figures.fsyncs} fsyncs and {figures.dir_fsyncs} directory fsyncs seen")
     assert figures.productive >= max(1, CUTS // 4), (

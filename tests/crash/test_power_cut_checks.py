@@ -1,0 +1,138 @@
+"""The power-cut test's own checks (``test_power_cut.check_contiguous``) on logs built here: a
+check that reports a loss where there is none hides real losses in the noise, one that misses a
+loss proves nothing. No FUSE needed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from logkeeper.cleaner.config import CleanerConfig
+from logkeeper.cleaner.log_cleaner import LogCleaner
+from logkeeper.log.manager import LogManager
+from logkeeper.log.manager_config import ManagerConfig
+from logkeeper.log.scheduler import Scheduler
+from logkeeper.records.builder import Record, build_batch
+from logkeeper.records.reader import read_records
+from tests.crash.test_power_cut import (
+    CLEANER_PROPS,
+    COMPACTED,
+    KEYS,
+    PARTITIONS,
+    TOPIC_PROPS,
+    Expected,
+    Figures,
+    check_compacted,
+    check_contiguous,
+    key_of,
+    manager_props,
+    value_of,
+)
+
+PLAIN = 3  # cutms-0: neither compacted nor under retention
+
+
+def _manager(tmp_path: Path) -> LogManager:
+    m = LogManager(ManagerConfig.from_props(manager_props([tmp_path / "d0", tmp_path / "d1"])),
+                   scheduler=Scheduler())
+    m.startup()
+    return m
+
+
+def _append(m: LogManager, offsets: range, writer: int) -> None:
+    now = int(time.time() * 1000)
+    for o in offsets:
+        m.append(PARTITIONS[PLAIN], build_batch([Record(o, now, None, value_of(o, writer, 1))]))
+
+
+def _expected(promised: int, writer: int, written: range, gaps: range) -> Expected:
+    e = Expected()
+    e.promised[PLAIN] = promised
+    e.writer.update({(PLAIN, o): writer for o in written})
+    e.gaps.update((PLAIN, o) for o in gaps)
+    return e
+
+
+def _check(m: LogManager, expected: Expected) -> list[str]:
+    problems: list[str] = []
+    check_contiguous(m, PLAIN, expected.promised[PLAIN], expected, Figures(), problems)
+    return problems
+
+
+def test_a_gap_up_to_the_promise_is_no_loss(tmp_path: Path) -> None:
+    """Found by `make crash` (cut 654 of seed 404): the old segment's unflushed tail 10-14 was lost,
+    the rolled empty segment at 15 survived, so the log ends at 15 with nothing after the gap; a
+    later child's promise of 15 covers no record there."""
+    m = _manager(tmp_path)
+    try:
+        lg = m.get_or_create_log(PARTITIONS[PLAIN])
+        _append(m, range(10), writer=7)
+        lg.roll(15)  # the state recovery leaves: the next segment's base above the lost tail
+        assert lg.log_end_offset == 10 and lg.active_segment.base_offset == 15
+        lg.log_end_offset = 15  # what recovery reads from the empty last segment (as Kafka does)
+        assert _check(m, _expected(15, 7, range(10), range(10, 15))) == []
+        # the same log without the gap known: the check must call it a loss
+        assert any("offset 10 unreadable" in p for p in _check(m, _expected(15, 7, range(10), range(0))))
+    finally:
+        m.shutdown()
+
+
+def test_a_gap_between_records_is_skipped_and_a_hole_is_a_loss(tmp_path: Path) -> None:
+    m = _manager(tmp_path)
+    try:
+        lg = m.get_or_create_log(PARTITIONS[PLAIN])
+        _append(m, range(10), writer=7)
+        lg.roll(15)
+        lg.log_end_offset = 15
+        _append(m, range(15, 20), writer=8)
+        expected = _expected(20, 8, range(15, 20), range(10, 15))
+        expected.writer.update({(PLAIN, o): 7 for o in range(10)})
+        assert _check(m, expected) == []
+        # offsets 10-14 promised as written: the hole is a loss
+        lost = _expected(20, 8, range(15, 20), range(0))
+        lost.writer.update({(PLAIN, o): 7 for o in range(15)})
+        assert any("offset 10" in p for p in _check(m, lost))
+        # a record of another writer where the promised one was is a loss too
+        wrong = _expected(20, 9, range(15, 20), range(10, 15))
+        assert any("writer 9 wrote the promised one" in p for p in _check(m, wrong))
+    finally:
+        m.shutdown()
+
+
+def test_a_promised_record_superseded_after_the_promise_is_no_loss(tmp_path: Path) -> None:
+    """Found by `make crash` (cut 21 of the default seed): records appended after the parent drained
+    the promises, but before the cut, superseded the last promised records of 8 keys, and the
+    cleaner dropped those. Compaction keeps each key's newest record: that is no loss."""
+    m = _manager(tmp_path)
+    compacted = PARTITIONS[COMPACTED]
+    try:
+        m.update_topic_config(compacted.topic, TOPIC_PROPS[compacted.topic])
+        lg = m.get_or_create_log(compacted)
+        now = int(time.time() * 1000)
+        for o in range(KEYS + 4):  # every key once, then keys 0-3 again (offsets 17-20)
+            m.append(compacted, build_batch([Record(o, now, key_of(COMPACTED, o), value_of(o, 7, 1))]))
+        lg.roll()
+        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+        cleaner.install_hooks(m.cleaner_hooks)
+        cleaner.startup()
+        try:
+            assert cleaner.await_cleaned(compacted, lg.active_segment.base_offset, max_wait_ms=60000)
+        finally:
+            cleaner.shutdown()
+        kept = [r.offset for r in read_records(m.read(compacted, 0, 1 << 20).records)]
+        assert kept == list(range(4, KEYS + 4))  # offsets 0-3 went: 17-20 supersede them
+
+        def check(want: int) -> list[str]:
+            e = Expected()
+            e.promised[COMPACTED] = want
+            e.writer.update({(COMPACTED, o): 7 for o in range(want)})
+            problems: list[str] = []
+            check_compacted(m, COMPACTED, want, e, Figures(), problems)
+            return problems
+
+        assert check(KEYS) == []  # promised up to 17: keys 0-3's promised records superseded
+        assert check(KEYS + 4) == []
+        # promised beyond the log's end: key 4's last promised record (offset 21) is gone
+        assert any("key 4: its last promised record, offset 21, is gone" in p for p in check(KEYS + 5))
+    finally:
+        m.shutdown()
