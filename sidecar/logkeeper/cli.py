@@ -1,6 +1,9 @@
-"""The `logkeeper` command line: dump-log, verify, recover, clean, sidecar.
+"""The `logkeeper` command line: dump-log, verify, recover, clean, resolve-duplicates, sidecar,
+spark-compact. Handlers stay thin: the rules live in the modules they import.
 
-Exit codes: 0 success; 1 bad data (one line naming the file and position); 2 usage errors.
+Exit codes (exit_codes.py, printed by --help): 0 ok; 1 problems found in the data (one line
+each, naming the file and position); 2 usage or wrong input. What a log dir is, and so where a
+command may write: log_dir_rule.py.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import LogkeeperError
+from .errors import UsageError
+from .exit_codes import EXIT_DATA, EXIT_OK, HELP, USER_ERRORS, explain
 
 # Before anything imports numpy: logkeeper does no linear algebra, yet numpy's import starts
 # OpenBLAS's thread pool, a thread a core, whose start-up burns CPU on every core (`import numpy`
@@ -45,9 +49,12 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     with _importing():
         from .tools.dump import dump_file
 
-    for f in args.files:
-        dump_file(Path(f), sys.stdout, deep=args.deep_iteration, as_json=args.json)
-    return 0
+    paths = [Path(f) for f in args.files]
+    for path in paths:  # all of them before any output: no header for a file that is not there
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file" if not path.exists() else f"{path} is not a file")
+    problems = sum(dump_file(p, sys.stdout, sys.stderr, deep=args.deep_iteration, as_json=args.json) for p in paths)
+    return EXIT_DATA if problems else EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -59,11 +66,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     for problem in report.problems:
         print(f"logkeeper verify: {problem}", file=sys.stderr)
-    if not report.ok:
-        return 1
-    print(f"OK: {report.partitions} partitions, {report.segments} segments, {report.batches} batches, "
-          f"{report.records} records")
-    return 0
+    print(report.summary())
+    return EXIT_OK if report.ok else EXIT_DATA
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
@@ -84,15 +88,10 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 def _cmd_resolve_duplicates(args: argparse.Namespace) -> int:
     with _importing():
-        from .tools.duplicates import ResolveError, resolve
+        from .tools.duplicates import resolve
 
-    try:
-        resolve([Path(d) for d in args.log_dirs], sys.stdout, keep=[Path(k) for k in args.keep],
-                dry_run=args.dry_run)
-    except ResolveError as e:
-        print(f"logkeeper resolve-duplicates: {e}", file=sys.stderr)
-        return 1
-    return 0
+    resolve([Path(d) for d in args.log_dirs], sys.stdout, keep=[Path(k) for k in args.keep], dry_run=args.dry_run)
+    return EXIT_OK
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -100,7 +99,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--config expects key=value, got {item!r}")
+            raise UsageError(f"--config expects KEY=VALUE, got {item}")
         overrides[key.strip()] = value.strip()
     return overrides
 
@@ -111,7 +110,7 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
 
     if not args.verbose:
         logging.getLogger().setLevel(logging.INFO)  # the sidecar's log is its operator's view
-    return run(args.config)
+    return run(args.config, create_log_dirs=args.create_log_dirs)
 
 
 def _cmd_spark_compact(args: argparse.Namespace) -> int:
@@ -165,6 +164,9 @@ def _add_sidecar(sub: Any) -> None:
     s = sub.add_parser("sidecar", help="run the LogManager, the cleaner threads and the HTTP API")
     s.add_argument("--config", required=True, metavar="FILE",
                    help="the YAML config file (LOGKEEPER_* variables override its keys)")
+    s.add_argument("--create-log-dirs", action="store_true",
+                   help="make every configured log dir that is not one yet into one, even when it holds other "
+                        "files (missing or empty ones always are)")
     s.set_defaults(func=_cmd_sidecar)
 
 
@@ -185,7 +187,8 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or with ``command`` of that one only (see ``main``)."""
-    p = argparse.ArgumentParser(prog="logkeeper", description="Kafka's log layer: tools and the sidecar.")
+    p = argparse.ArgumentParser(prog="logkeeper", description="Kafka's log layer: tools and the sidecar.",
+                                epilog=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
     sub = p.add_subparsers(dest="command", required=True)
     for name, add in COMMANDS.items():
@@ -233,9 +236,9 @@ def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
         rc = int(args.func(args))
     except BrokenPipeError:
         rc = 0  # the reader (e.g. `head`) went away
-    except (LogkeeperError, ValueError, OSError) as e:
-        print(f"logkeeper {args.command}: error: {e}", file=sys.stderr)
-        rc = 1
+    except USER_ERRORS as e:  # a sentence about the user's input or data; a bug keeps its traceback
+        rc, text = explain(e)
+        print(f"logkeeper {args.command}: {text}", file=sys.stderr)
     if fast_exit and args.command in FINITE_COMMANDS:
         _exit_now(rc)
     return rc

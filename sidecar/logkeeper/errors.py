@@ -11,6 +11,11 @@ class LogkeeperError(Exception):
     """Base of every error raised by logkeeper."""
 
 
+class UsageError(LogkeeperError):
+    """The user's input is wrong (a path, an argument), not their data: the CLI exits 2. The
+    message is a sentence the user can act on."""
+
+
 # --------------------------------------------------------------------------------------------
 # Corrupt or invalid record bytes. Positions are byte offsets in the buffer or file inspected.
 # --------------------------------------------------------------------------------------------

@@ -6,12 +6,16 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
 from logkeeper.cleaner.testing import append_kvs, ensure_valid_segments, keys_in_log
+from logkeeper.errors import InvalidConfigError
 from logkeeper.log.checkpoint import OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
+from logkeeper.log_dir_rule import NotALogDirError
 
 NOW = 1_700_000_000_000
 STATS = re.compile(
@@ -52,7 +56,14 @@ def test_clean_a_directory(tmp_path: Path) -> None:
     text = out.getvalue()
     rounds = STATS.findall(text)
     assert [r[0] for r in rounds] == ["orders-0", "orders-1"]
-    assert STATS.sub("", text) == ""  # nothing but stats lines
+    # then one line per log: what was done, or why nothing was
+    lines = STATS.sub("", text).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["orders-0", "orders-1", "users-0"]
+    assert re.fullmatch(r"orders-0: cleaned in 1 round: 400 records read, \d+ kept; [\d,]+ bytes read, [\d,]+ written",
+                        lines[0]), lines[0]
+    assert lines[1].startswith("orders-1: cleaned in 1 round: 300 records read, 300 kept;")
+    assert lines[2] == ("users-0: not cleaned: nothing below the active segment (the active segment is never "
+                        "cleaned)")
     assert "cleaned log users-0" not in text
     checkpoints = OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read()
     orders0 = reopen(tmp_path, "orders-0")
@@ -68,15 +79,18 @@ def test_clean_a_directory(tmp_path: Path) -> None:
     # a second run finds nothing cleanable
     out = io.StringIO()
     assert run_clean(tmp_path, {}, out, lambda: NOW) == 0
-    assert "cleaned log" not in out.getvalue()
+    assert out.getvalue().splitlines() == [
+        "orders-0: not cleaned: already clean up to the active segment (offset 400)",
+        "orders-1: not cleaned: already clean up to the active segment (offset 300)",
+        "users-0: not cleaned: nothing below the active segment (the active segment is never cleaned)"]
 
 
 def test_config_overrides_and_bad_arguments(tmp_path: Path) -> None:
     write_partition(tmp_path, "t-0", 200, 4)
-    out = io.StringIO()
-    assert run_clean(tmp_path, {"no.such.key": "1"}, out, lambda: NOW) == 2
-    assert "no.such.key" in out.getvalue()
-    assert run_clean(tmp_path / "missing", {}, io.StringIO(), lambda: NOW) == 2
+    with pytest.raises(InvalidConfigError, match=r"^unknown config key no\.such\.key: "):
+        run_clean(tmp_path, {"no.such.key": "1"}, io.StringIO(), lambda: NOW)
+    with pytest.raises(NotALogDirError, match="does not exist"):
+        run_clean(tmp_path / "missing", {}, io.StringIO(), lambda: NOW)
     out = io.StringIO()
     # a tiny map: several rounds, and the backlog line
     overrides = {"log.cleaner.dedupe.buffer.size": str(24 * 3), "log.cleaner.min.cleanable.ratio": "0"}
@@ -91,7 +105,23 @@ def test_cleanup_policy_delete_is_left_alone(tmp_path: Path) -> None:
     write_partition(tmp_path, "t-0", 200, 4)
     out = io.StringIO()
     assert run_clean(tmp_path, {"cleanup.policy": "delete"}, out, lambda: NOW) == 0
-    assert out.getvalue() == ""
+    assert out.getvalue() == "t-0: not cleaned: cleanup.policy has no compact (only compacted logs are cleaned)\n"
+
+
+def test_a_log_below_the_dirty_ratio_says_so(tmp_path: Path) -> None:
+    write_partition(tmp_path, "t-0", 400, 4)
+    assert run_clean(tmp_path, {}, io.StringIO(), lambda: NOW) == 0
+    log = reopen(tmp_path, "t-0")
+    append_kvs(log, [(b"0", b"late")])
+    log.roll()
+    log.close()
+    out = io.StringIO()
+    assert run_clean(tmp_path, {}, out, lambda: NOW) == 0
+    assert re.fullmatch(r"t-0: not cleaned: dirty ratio 0\.\d\d is not above min\.cleanable\.dirty\.ratio 0\.5 "
+                        r"\(--config min\.cleanable\.dirty\.ratio=0 cleans whatever is dirty\)\n", out.getvalue())
+    out = io.StringIO()
+    assert run_clean(tmp_path, {"min.cleanable.dirty.ratio": "0"}, out, lambda: NOW) == 0
+    assert "t-0: cleaned in 1 round" in out.getvalue()
 
 
 def test_a_corrupt_partition_fails_alone(tmp_path: Path) -> None:
@@ -106,5 +136,6 @@ def test_a_corrupt_partition_fails_alone(tmp_path: Path) -> None:
     assert run_clean(tmp_path, {}, out, lambda: NOW) == 1
     text = out.getvalue()
     assert "cleaned log good-0" in text
-    assert f"logkeeper clean: {bad.dir}" in text and "bad magic" in text.lower()
+    assert f"{bad.topic_partition}: failed: " in text and "bad magic" in text.lower()
+    assert "Error" not in text  # a sentence about the data, no exception class names
     assert not list(tmp_path.glob("*/*.cleaned"))

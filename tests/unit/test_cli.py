@@ -195,9 +195,11 @@ def test_dump_log_of_a_corrupt_file_exits_1_naming_file_and_position(fx: Fixture
     lines = err.splitlines()
     assert len(lines) == 1
     assert str(path) in lines[0] and f"position {pos}" in lines[0] and "CRC" in lines[0]
-    # as Kafka's DumpLogSegments: the batches before the bad one are printed first
-    positions = [line.split("position: ")[1].split()[0] for line in out.splitlines() if line.startswith("baseOffset")]
-    assert positions == [str(p) for p, _ in _batch_positions(path)[:2]]
+    # as kafka-dump-log: the bad batch is printed as invalid and the dump goes on past it
+    batch_lines = [line for line in out.splitlines() if line.startswith("baseOffset")]
+    positions = [line.split("position: ")[1].split()[0] for line in batch_lines]
+    assert positions == [str(p) for p, _ in _batch_positions(path)]
+    assert [line.endswith("isvalid: false") for line in batch_lines] == [i == 2 for i in range(len(batch_lines))]
 
 
 def test_dump_log_of_a_torn_file_exits_1(fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
@@ -218,7 +220,7 @@ def test_verify_ok(fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
     batches = sum(len(_batch_positions(p)) for p in fx.segments)
     code, out, err = run(capsys, "verify", str(fx.directory))
     assert (code, err) == (0, "")
-    assert out == f"OK: 1 partitions, {len(fx.segments)} segments, {batches} batches, {8 + 30 * 3} records\n"
+    assert out == f"OK: checked 1 partition, {len(fx.segments)} segments, {batches} batches, {8 + 30 * 3} records\n"
 
 
 def test_verify_a_log_dir_of_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,7 +228,7 @@ def test_verify_a_log_dir_of_partitions(tmp_path: Path, capsys: pytest.CaptureFi
     write_log(tmp_path / "data" / "orders-1")
     (tmp_path / "data" / "recovery-point-offset-checkpoint").write_text("0\n2\norders 0 98\norders 1 98\n")
     code, out, _ = run(capsys, "verify", str(tmp_path / "data"))
-    assert code == 0 and out.startswith("OK: 2 partitions, ")
+    assert code == 0 and out.startswith("OK: checked 2 partitions, ")
     (tmp_path / "data" / "recovery-point-offset-checkpoint").write_text("0\n2\norders 0\n")
     code, _, err = run(capsys, "verify", str(tmp_path / "data"))
     assert code == 1 and "recovery-point-offset-checkpoint" in err
@@ -238,7 +240,7 @@ def test_verify_crc_mismatch_exits_1_with_one_line(fx: Fixture, capsys: pytest.C
     pos, h = _batch_positions(path)[4]
     flip_bit(path, pos + h.size - 1, 3)  # the last byte of the batch's records
     code, out, err = run(capsys, "verify", str(fx.directory))
-    assert (code, out) == (1, "")
+    assert code == 1 and out.startswith("FAILED: checked 1 partition, ") and out.endswith("; 1 problem (above)\n")
     (line,) = err.splitlines()
     assert line.startswith(f"logkeeper verify: {path} at position {pos}: CRC mismatch")
 
@@ -329,7 +331,7 @@ def test_recover_cuts_at_a_crc_mismatch_and_deletes_later_segments(fx: Fixture,
         assert not later.exists()
     assert "t-0: 1 segments recovered, offsets [0, 5)\n" in out  # batches 0-2 (offsets 0-4) kept
     code, out, _ = run(capsys, "verify", str(fx.directory))
-    assert code == 0 and out.startswith("OK: 1 partitions, 1 segments, 3 batches")
+    assert code == 0 and out.startswith("OK: checked 1 partition, 1 segment, 3 batches")
 
 
 def test_recover_of_an_intact_directory_keeps_every_batch(fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
@@ -380,7 +382,7 @@ def test_console_script_reports_bad_data_with_exit_1(tmp_path: Path) -> None:
     done = subprocess.run([str(script), "verify", str(directory.directory)], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 1
-    assert done.stdout == ""
+    assert done.stdout.startswith("FAILED: checked 1 partition")
     (line,) = done.stderr.splitlines()
     assert str(path) in line and f"position {pos}" in line
 

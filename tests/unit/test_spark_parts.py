@@ -193,8 +193,14 @@ def test_cli_spark_compact_arguments(tmp_path: Path, capsys: pytest.CaptureFixtu
         (Path("/d"), "t-0", Path("/s"), None, 7)
     assert cli_main(["spark-compact", "--log-dir", str(tmp_path), "--partition", "t-0", "--staging",
                      str(tmp_path / "s"), "--conf", "novalue"]) == 2
-    # nothing to plan: exit 1 with the reason, left in failure.json too
+    # not a log dir: exit 2 and nothing written, not even the staging directory
+    assert cli_main(["spark-compact", "--log-dir", str(tmp_path), "--partition", "t-0", "--staging",
+                     str(tmp_path / "s")]) == 2
+    assert "is not a log dir" in capsys.readouterr().out and not (tmp_path / "s").exists()
+    # nothing to plan in a log dir: exit 1 with the reason (a sentence, no class name), in failure.json too
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("0\n0\n")
     assert cli_main(["spark-compact", "--log-dir", str(tmp_path), "--partition", "t-0", "--staging",
                      str(tmp_path / "s")]) == 1
-    assert "not a directory" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not a directory" in out and "Error" not in out
     assert "not a directory" in json.loads((tmp_path / "s" / "failure.json").read_text())["reason"]

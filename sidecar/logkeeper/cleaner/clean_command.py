@@ -18,8 +18,10 @@ cleaned, nor anything at or above the last stable offset, and a log is cleaned o
 dirty ratio exceeds min.cleanable.dirty.ratio (pass ``min.cleanable.dirty.ratio=0`` to clean
 whatever is dirty).
 
-Exit status: 0 when every chosen log was cleaned; 1 when some partition failed (one line names
-it and the error; the others are still cleaned); 2 for a bad argument or directory.
+Output: Kafka's stats lines for each round, then one line per log saying what was done or why
+nothing was (clean_report.py). Exit status: 0 when every log was cleaned or had nothing to
+clean; 1 when some partition failed (its line names the error; the others are still cleaned);
+2 for a bad argument or a directory that is not a log dir (log_dir_rule.py; nothing is touched).
 """
 
 from __future__ import annotations
@@ -30,15 +32,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import InvalidConfigError, LogkeeperError
+from ..errors import InvalidConfigError
 from ..log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 from ..log.log import Log
 from ..log.log_config import TOPIC_SETTINGS, LogConfig
 from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, ManagerConfig
 from ..log.names import DELETED_SUFFIX, PartitionDirName, TopicPartition
+from ..log_dir_rule import require_log_dir
 from .backlog import Backlog
+from .clean_report import Tally, why_not_cleaned
 from .config import CLEANER_SETTINGS, CleanerConfig
 from .log_cleaner import LogCleaner
+from .stats import CleanerStats
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_ROUNDS = 1_000_000  # a bound on the loop; every round moves a checkpoint forward
@@ -59,7 +64,7 @@ def split_overrides(overrides: Mapping[str, str]) -> tuple[CleanerConfig, LogCon
         elif key in TOPIC_SETTINGS.by_key:
             topic_props[key] = value
         else:
-            raise InvalidConfigError(f"unknown config key {key!r}: not a cleaner, broker or topic key")
+            raise InvalidConfigError(f"unknown config key {key}: not a cleaner, broker or topic key")
     defaults = ManagerConfig.from_props(broker_props).default_log_config
     return CleanerConfig.from_props(cleaner_props), defaults.with_overrides(topic_props)
 
@@ -135,29 +140,25 @@ def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:
 
 
 def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int]) -> int:
+    """Clean every log of ``log_dir``; 0, or 1 when some partition failed. A wrong directory or
+    config raises UsageError / InvalidConfigError before anything is opened."""
     log_dir = Path(log_dir)
-    if not log_dir.is_dir():
-        out.write(f"logkeeper clean: {log_dir} is not a directory\n")
-        return 2
-    try:
-        cleaner_config, topic_config = split_overrides(overrides)
-    except InvalidConfigError as e:
-        out.write(f"logkeeper clean: {e}\n")
-        return 2
-    try:
-        logs = open_logs(log_dir, topic_config, clock_ms)
-    except (LogkeeperError, OSError) as e:
-        out.write(f"logkeeper clean: cannot open the logs of {log_dir}: {e}\n")
-        return 2
+    require_log_dir(log_dir, "clean")
+    cleaner_config, topic_config = split_overrides(overrides)
+    logs = open_logs(log_dir, topic_config, clock_ms)
     failed: dict[TopicPartition, str] = {}
     backlogs: dict[TopicPartition, Backlog] = {}
+    tallies: dict[TopicPartition, Tally] = {}
     replaced = ReplacedFiles(logs)
     try:
         def print_stats(text: str) -> None:
             out.write(text)
 
+        def count_round(tp: TopicPartition, _start: int, _end: int, stats: CleanerStats, _id: int) -> None:
+            tallies.setdefault(tp, Tally()).add(stats)
+
         cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
-                             message_max_bytes=topic_config.max_message_bytes)
+                             message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
         worker = cleaner.new_worker(0)
         for _ in range(MAX_ROUNDS):
             cleaned = worker.try_clean_filthiest_log()
@@ -166,12 +167,18 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
             failure = worker.last_failure
             if failure is not None:
                 failed[failure.log.topic_partition] = str(failure)
-                out.write(f"logkeeper clean: {failure.log.dir}: {failure}\n")
+                out.write(f"{failure.log.topic_partition}: failed: {failure}\n")
             for tp, mark in cleaner.manager.backlogs().items():
                 backlogs.setdefault(tp, mark)  # the first estimate, made when the dirty section was whole
             if not cleaned and failure is None:
                 break
         _report_backlogs(backlogs, out)
+        checkpoints = cleaner.manager.all_cleaner_checkpoints()
+        for tp, log in sorted(logs.items(), key=lambda kv: str(kv[0])):
+            if tp in failed:
+                continue
+            what = tallies[tp].line() if tp in tallies else why_not_cleaned(log, checkpoints.get(tp), clock_ms())
+            out.write(f"{tp}: {what}\n")
     finally:
         try:
             close_logs(log_dir, logs)

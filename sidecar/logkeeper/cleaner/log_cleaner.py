@@ -41,7 +41,7 @@ from ..log.names import TopicPartition
 from .cleaner import Cleaner
 from .config import CleanerConfig
 from .manager import CleanerManager, LogsProvider
-from .metrics import CleanerMetrics
+from .metrics import CleanerMetrics, buffer_utilization_percent
 from .offset_map import SipHashOffsetMap
 from .staging import remove_leftovers
 from .states import state_name
@@ -210,7 +210,7 @@ class LogCleaner:
         now = self.clock_ms()
         dirs = self.manager.log_dirs
         return CleanerMetrics(
-            max_buffer_utilization_percent=int(max((s.buffer_utilization for s in stats), default=0.0) * 100),
+            max_buffer_utilization_percent=buffer_utilization_percent(s.buffer_utilization for s in stats),
             cleaner_recopy_percent=int(100 * sum(s.bytes_written for s in stats)
                                        / max(sum(s.bytes_read for s in stats), 1)),
             max_clean_time_secs=int(max((s.elapsed_secs for s in stats), default=0.0)),

@@ -1,8 +1,10 @@
 """The cleaner's metrics, as one snapshot object the sidecar serves (Kafka's LogCleaner and
-LogCleanerManager gauges, same names and arithmetic).
+LogCleanerManager gauges, same names and arithmetic but one).
 
     name                            value
-    max-buffer-utilization-percent  int(100 x the largest map utilization of the threads' last rounds)
+    max-buffer-utilization-percent  100 x the largest map utilization of the threads' last rounds, to
+                                    0.1 as the stats line prints it (Kafka truncates it to an int: a
+                                    0.4% round then reads 0 while its stats line says 0.4%)
     cleaner-recopy-percent          int(100 x bytes written / max(bytes read, 1)), last rounds summed
     max-clean-time-secs             int(the longest last round, seconds)
     max-compaction-delay-secs       int(largest max-compaction delay seen when choosing, ms / 1000)
@@ -19,15 +21,23 @@ rounds cleaned by the threads and ``offloads`` (partition -> its Spark hand-off:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .stats import java_f1
+
+
+def buffer_utilization_percent(utilizations: Iterable[float]) -> float:
+    """The largest utilization as a percentage, rounded as the stats line's ``Buffer utilization``."""
+    return float(java_f1(100 * max(utilizations, default=0.0)))
 
 
 @dataclass(frozen=True)
 class CleanerMetrics:
     """The cleaner's metrics, as Kafka names them (served by the sidecar)."""
 
-    max_buffer_utilization_percent: int = 0
+    max_buffer_utilization_percent: float = 0.0
     cleaner_recopy_percent: int = 0
     max_clean_time_secs: int = 0
     max_compaction_delay_secs: int = 0

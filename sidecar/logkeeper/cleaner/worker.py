@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import CleanerShutdownError, KafkaStorageError, LogCleaningAbortedError
+from ..errors import CleanerShutdownError, KafkaStorageError, LogCleaningAbortedError, LogkeeperError
 from ..log.log import Log
 from ..log.names import TopicPartition
 from ..log.retention import delete_old_segments
@@ -57,6 +57,17 @@ def running_check(running: threading.Event, name: str) -> Callable[[], None]:
             raise CleanerShutdownError(f"{name} is shutting down")
 
     return check
+
+
+def failure_reason(e: Exception) -> str:
+    """A failed round as users read it (clean's output, the status): our errors and the OS's are
+    sentences about their data already; anything else is a bug of ours, named by its class so
+    that it can be found."""
+    if isinstance(e, LogkeeperError):
+        return str(e)
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return f"{type(e).__name__}: {e}"
 
 
 class CleanerWorker:
@@ -105,7 +116,7 @@ class CleanerWorker:
             except CleanerShutdownError:
                 raise
             except Exception as e:
-                raise LogCleaningException(ltc.log, f"{type(e).__name__}: {e}") from e
+                raise LogCleaningException(ltc.log, failure_reason(e)) from e
         deletable = self.manager.deletable_logs()
         try:
             for _tp, log in deletable:
@@ -116,12 +127,12 @@ class CleanerWorker:
                 except OSError as e:
                     # the disk's fault, not the partition's: as for a cleaning, its directory goes offline
                     if self.log_dir_failure is None:
-                        raise LogCleaningException(log, f"{type(e).__name__}: {e}") from e
+                        raise LogCleaningException(log, failure_reason(e)) from e
                     data_dir = self.manager.log_dir_of(log)
                     self.log_dir_failure(data_dir, f"failed to delete old segments of {log.name} in dir "
                                                    f"{data_dir} due to an I/O error", e)
                 except Exception as e:
-                    raise LogCleaningException(log, f"{type(e).__name__}: {e}") from e
+                    raise LogCleaningException(log, failure_reason(e)) from e
         finally:
             self.manager.done_deleting([tp for tp, _log in deletable])
         return cleaned

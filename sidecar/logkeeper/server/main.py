@@ -1,7 +1,9 @@
 """``logkeeper sidecar --config FILE``: the process.
 
 1. The config file is loaded (config.py; exit 2 with one line naming the file and key when it
-   is wrong) and the token file read (exit 2 when unreadable or empty).
+   is wrong), each log dir checked (log_dir_rule.py: a missing or empty one is made a log dir, a
+   dir holding anything else is refused with exit 2 and left untouched unless
+   ``--create-log-dirs``) and the token file read (exit 2 when unreadable or empty).
 2. The HTTP server listens at once (``listening on http://HOST:PORT`` is printed per address,
    with the port taken when the config says 0), at most http.max.connections connections on
    each (http_limits.py): /healthz answers, /readyz and the data endpoints answer 503
@@ -33,11 +35,13 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TextIO
 
 from aiohttp import web
 
 from ..errors import InvalidConfigError
+from ..log_dir_rule import NotALogDirError, check_sidecar_log_dir, prepare_sidecar_log_dir
 from ..protocol.listener import KafkaListener
 from .auth import TokenFile
 from .config import SidecarConfig, load_config
@@ -53,11 +57,16 @@ EXIT_BAD_CONFIG = 2
 EXIT_SHUTDOWN_TIMEOUT = 3
 
 
-def run(config_path: str, *, environ: Mapping[str, str] | None = None, out: TextIO | None = None) -> int:
+def run(config_path: str, *, environ: Mapping[str, str] | None = None, out: TextIO | None = None,
+        create_log_dirs: bool = False) -> int:
     out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
     try:
         config = load_config(config_path, environ)
-    except InvalidConfigError as e:
+        for d in config.log_dirs:  # every one before any is written: a wrong path is refused untouched
+            check_sidecar_log_dir(Path(d), create=create_log_dirs)
+        for d in config.log_dirs:
+            prepare_sidecar_log_dir(Path(d))
+    except (InvalidConfigError, NotALogDirError) as e:
         print(f"logkeeper sidecar: {e}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     token = TokenFile(config.sidecar.token_file)

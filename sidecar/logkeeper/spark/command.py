@@ -8,7 +8,8 @@
 cleaner's producer.id.expiration.ms, as ``logkeeper clean`` does; the offsets default to what
 the directory says (plan.py). Exit status: 0 with ``<staging>/manifest.json`` written; 1 on
 failure (``<staging>/failure.json`` holds the reason, one line on stdout too); 2 on bad
-arguments. pyspark is imported only when the job runs.
+arguments, a --log-dir that is not a log dir, or a missing spark extra (the line says what to
+install), with nothing written. pyspark is imported only when the job runs.
 
 Crash points for tests, LOGKEEPER_SPARK_CRASH_AT=<step>: ``planned`` (the plan made, nothing
 written), ``written`` (every cleaned segment staged, no manifest yet), ``manifest`` (the manifest
@@ -23,6 +24,7 @@ worker kills only its own group and the job fails with Spark's error instead.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import signal
@@ -31,7 +33,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, UsageError
+from ..log_dir_rule import require_log_dir
 
 if TYPE_CHECKING:
     from .plan import CompactionPlan
@@ -76,6 +79,20 @@ def _mark_job_session() -> None:
         os.environ[JOB_SESSION_ENV] = str(os.getpid())
 
 
+SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
+
+
+def missing_extra() -> str | None:
+    """What to install when the spark extra is missing (the job imports it only when it runs, so
+    it is looked for first: a traceback from deep in the job would name none of this)."""
+    absent = [m for m in SPARK_EXTRA if importlib.util.find_spec(m) is None]
+    if not absent:
+        return None
+    return (f"the Spark job needs the spark extra, and {', '.join(absent)} is not installed. Install it with "
+            "pip install 'logkeeper[spark]' (in a clone of the repository: make spark, or "
+            ".venv/bin/pip install -c constraints.txt -e '.[dev,operator,spark]'); the job also needs a JDK 17.")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-dir", required=True, type=Path, help="the log directory holding the partition")
     p.add_argument("--partition", required=True, metavar="TOPIC-P", help="the partition directory's name")
@@ -96,7 +113,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise InvalidConfigError(f"--{what} {item!r} is not KEY=VALUE")
+            raise InvalidConfigError(f"--{what} {item} is not KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
 
@@ -124,11 +141,19 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
 
     staging: Path = args.staging
+    missing = missing_extra()
+    if missing:
+        out.write(f"logkeeper spark-compact: {missing}\n")
+        return 2
     try:
+        require_log_dir(args.log_dir, "spark-compact --log-dir")
         conf = _pairs(args.conf, "conf")
         staging.mkdir(parents=True, exist_ok=True)
-    except (InvalidConfigError, OSError) as e:
+    except (UsageError, InvalidConfigError) as e:
         out.write(f"logkeeper spark-compact: {e}\n")
+        return 2
+    except OSError as e:
+        out.write(f"logkeeper spark-compact: cannot create the staging directory {staging}: {e.strerror}\n")
         return 2
     try:
         started = time.monotonic()
@@ -151,7 +176,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
                   f"spark {stats['spark_seconds']:.1f} s, total {time.monotonic() - started:.1f} s\n")
         return 0
     except (PlanError, InvalidConfigError, ValueError) as e:
-        reason = f"{type(e).__name__}: {e}"
+        reason = str(e)  # a sentence about the partition or the arguments
     except Exception as e:
         _LOG.exception("spark-compact failed")
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -15,16 +15,18 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
+from ..errors import CorruptRecordError
 from ..log import names
 from ..records.batch import TimestampType
 from ..records.builder import Record
-from ..records.reader import DecodedBatch, iter_batches
+from ..records.reader import DecodedBatch, decode_records, header_of
+from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
+from .verify import STOP_REASONS
 
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
@@ -53,7 +55,7 @@ def record_json(batch: DecodedBatch, record: Record) -> dict[str, object]:
     }
 
 
-def _batch_line(b: DecodedBatch) -> str:
+def _batch_line(b: DecodedBatch, *, valid: bool = True) -> str:
     h = b.header
     ts_type = "LogAppendTime" if h.timestamp_type == TimestampType.LOG_APPEND_TIME else "CreateTime"
     horizon = f"OptionalLong[{h.delete_horizon_ms}]" if h.has_delete_horizon else "OptionalLong.empty"
@@ -63,7 +65,8 @@ def _batch_line(b: DecodedBatch) -> str:
         f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
         f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
         f"deleteHorizonMs: {horizon} position: {b.position} {ts_type}: {h.max_timestamp} size: {h.size} "
-        f"magic: {h.magic} compresscodec: {CODEC_NAMES.get(h.codec, h.codec)} crc: {h.crc} isvalid: true"
+        f"magic: {h.magic} compresscodec: {CODEC_NAMES.get(h.codec, h.codec)} crc: {h.crc} "
+        f"isvalid: {str(valid).lower()}"
     )
 
 
@@ -88,24 +91,50 @@ def _record_line(b: DecodedBatch, r: Record, i: int) -> str:
     return line
 
 
-def _log_batches(path: Path) -> Iterator[DecodedBatch]:
+def dump_log_file(path: Path, out: TextIO, err: TextIO, *, deep: bool, as_json: bool) -> int:
+    """Print every batch; return the number of problems (each one line on ``err``).
+
+    As kafka-dump-log: a batch whose CRC or records are bad is reported (``isvalid: false``)
+    and the dump goes on with the next one, which its length field locates; a length or magic
+    that cannot be trusted ends the file's dump, as nothing after it can be located.
+    """
     data = np.fromfile(path, dtype=np.uint8)
-    yield from iter_batches(data, file=str(path))
-
-
-def dump_log_file(path: Path, out: TextIO, *, deep: bool, as_json: bool) -> None:
     if not as_json:
         out.write(f"Dumping {path}\n")
         out.write(f"Log starting offset: {names.offset_from_file_name(path.name)}\n")
-    for batch in _log_batches(path):
+    table = scan_batches(data, 0, data.shape[0])
+    problems = 0
+    bad_crc = first_crc_mismatch(data, table)
+    for row in range(len(table)):
+        batch = DecodedBatch(int(table.position[row]), header_of(table, row), [])
+        problem = None
+        if row == bad_crc:
+            bad_crc = first_crc_mismatch(data, table, row + 1)
+            problem = (f"{path} at position {batch.position}: CRC mismatch in the batch at base offset "
+                       f"{batch.header.base_offset}")
+        else:
+            try:
+                batch = DecodedBatch(batch.position, batch.header, decode_records(data, batch.position, batch.header))
+            except CorruptRecordError as e:
+                problem = f"{path} at position {e.position}: {e.fault} in the batch at base offset " \
+                          f"{batch.header.base_offset}{': ' + e.detail if e.detail else ''}"
+        if problem is not None:
+            problems += 1
+            err.write(f"logkeeper dump-log: {problem}\n")
         if as_json:
             for r in batch.records:
                 out.write(json.dumps(record_json(batch, r)) + "\n")
             continue
-        out.write(_batch_line(batch) + "\n")
+        out.write(_batch_line(batch, valid=problem is None) + "\n")
         if deep:
             for i, r in enumerate(batch.records):
                 out.write(_record_line(batch, r, i) + "\n")
+    if table.stop_reason != ScanStop.END:
+        problems += 1
+        what = STOP_REASONS.get(table.stop_reason, "unreadable bytes")
+        err.write(f"logkeeper dump-log: {path} at position {table.stop_position}: {what}; the rest of the file "
+                  f"({data.shape[0] - table.stop_position} bytes) cannot be read as batches\n")
+    return problems
 
 
 def dump_index_file(path: Path, out: TextIO) -> None:
@@ -126,13 +155,9 @@ def dump_index_file(path: Path, out: TextIO) -> None:
             out.write(f"timestamp: {ts} offset: {base + rel}\n")
 
 
-def dump_file(path: Path, out: TextIO, *, deep: bool = False, as_json: bool = False) -> None:
-    name = path.name
-    if name.endswith(names.LOG_SUFFIX):
-        dump_log_file(path, out, deep=deep, as_json=as_json)
-    elif name.endswith((names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX)):
-        if as_json:
-            raise ValueError(f"{path}: --json applies to .log files only")
-        dump_index_file(path, out)
-    else:
-        raise ValueError(f"{path}: not a .log, .index or .timeindex file")
+def dump_file(path: Path, out: TextIO, err: TextIO, *, deep: bool = False, as_json: bool = False) -> int:
+    """Dump one file (its kind checked by the caller); the number of problems found."""
+    if path.name.endswith(names.LOG_SUFFIX):
+        return dump_log_file(path, out, err, deep=deep, as_json=as_json)
+    dump_index_file(path, out)
+    return 0

@@ -24,9 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
+from ..errors import UsageError
 from ..log import names
 from ..log.log_dir import LogDir, capped_special_dir_name
 from ..log.replace import fsync_dir
+from ..log_dir_rule import require_log_dir
 from ..records.scan import first_crc_mismatch, scan_batches
 from .verify import map_file
 
@@ -37,8 +39,9 @@ class Copy(NamedTuple):
     size_bytes: int
 
 
-class ResolveError(Exception):
-    """A duplicate that cannot be settled automatically (the message names the paths)."""
+class ResolveError(UsageError):
+    """A duplicate that cannot be settled without the user's choice (the message names the paths):
+    exit 2, as the fix is in the command line (--keep)."""
 
 
 def _segment_end(log_file: Path) -> int | None:
@@ -92,9 +95,8 @@ def choose(tp: names.TopicPartition, copies: list[Copy], keep: Path | None) -> C
 def resolve(log_dirs: Sequence[Path], out: TextIO, *, keep: Sequence[Path] = (), dry_run: bool = False) -> int:
     """Settle every duplicated partition; return how many. Raises ResolveError (nothing renamed for
     that partition) when one cannot be settled."""
-    for d in log_dirs:
-        if not Path(d).is_dir():
-            raise ResolveError(f"{d} is not a directory")
+    for d in log_dirs:  # every one before anything is renamed
+        require_log_dir(Path(d), "resolve-duplicates")
     duplicates = find_duplicates([Path(d) for d in log_dirs])
     if not duplicates:
         out.write("no partition has a directory in two of these log directories\n")

@@ -5,6 +5,9 @@ invalid tail cut, indexes rebuilt), temporary files are resolved by the load rul
 logs are flushed and closed so that their indexes are trimmed. Prints what was cut, rebuilt or
 removed. The directory's checkpoint files are honoured for log start offsets and left as they
 are; the recovery point of every partition becomes its log end offset.
+
+Only a log dir or one partition directory is opened (log_dir_rule.py): anything else is refused
+before a file is touched, as Log() would create a segment in any ``<name>-<N>`` folder.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from ..log.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from ..log.log import Log
 from ..log.log_config import LogConfig
 from ..log.names import PartitionDirName
-from .verify import partition_dirs
+from ..log_dir_rule import partitions_of, require_log_or_partition_dir
 
 
 def recover_path(path: Path, out: TextIO, overrides: Mapping[str, str] | None = None) -> int:
@@ -25,8 +28,9 @@ def recover_path(path: Path, out: TextIO, overrides: Mapping[str, str] | None = 
 
     ``overrides`` are topic config keys (e.g. index.interval.bytes) the rebuilt indexes follow.
     """
+    require_log_or_partition_dir(Path(path), "recover")
     config = LogConfig.from_props(overrides or {})
-    dirs = partition_dirs(Path(path))
+    dirs = partitions_of(Path(path))
     starts = {}
     if dirs != [Path(path)]:
         starts = OffsetCheckpointFile(Path(path) / LOG_START_OFFSET_CHECKPOINT).read()

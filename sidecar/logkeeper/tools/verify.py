@@ -8,8 +8,10 @@ a batch whose last offset is the entry's offset (the rule Kafka's DumpLogSegment
 timestamp. Checkpoint files must parse. Nothing is written: files are opened read-only.
 
 Trailing all-zero index entries are preallocated space of an active segment, not entries.
-Leftover ``.cleaned``/``.swap``/``.deleted`` files are reported as notes (the next load deals
-with them), not as problems.
+Leftover ``.cleaned``/``.swap`` files (an interrupted clean) are one note per partition, not
+problems (the next load deals with them); ``.deleted`` files are normal and not mentioned.
+A directory that is neither a log dir nor a partition directory, or a log dir with no
+partition, is refused (exit 2): there is nothing to verify.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, UsageError
 from ..log import names
 from ..log.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -30,11 +32,15 @@ from ..log.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from ..log_dir_rule import partitions_of, require_log_or_partition_dir
 from ..records.batch import HEADER_SIZE
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, first_crc_mismatch, scan_batches, walk_records
 
 INT32_MAX = (1 << 31) - 1
+STOP_REASONS = {ScanStop.SHORT_TAIL: "torn batch (the file ends inside it)", ScanStop.BAD_MAGIC: "bad magic",
+                ScanStop.BAD_SIZE: "batch length below the header size"}
+INTERRUPTED_CLEAN_SUFFIXES = (names.CLEANED_SUFFIX, names.SWAP_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -61,36 +67,26 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def summary(self) -> str:
+        """What was checked, and the verdict (one line)."""
+        def n(count: int, what: str) -> str:
+            plural = what + ("es" if what.endswith("h") else "s")
+            return f"{count:,} {what if count == 1 else plural}"
 
-def partition_dirs(path: Path) -> list[Path]:
-    """``path`` itself when it is a partition directory, else its partition subdirectories."""
-    path = Path(path)
-    if any(p.suffix == names.LOG_SUFFIX for p in path.iterdir() if p.is_file()):
-        return [path]
-    try:
-        names.PartitionDirName.parse(path.name)
-        looks_like_partition = not any(p.is_dir() for p in path.iterdir())
-    except ValueError:
-        looks_like_partition = False
-    if looks_like_partition:
-        return [path]
-    out = []
-    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
-        try:
-            names.PartitionDirName.parse(sub.name)
-        except ValueError:
-            continue
-        out.append(sub)
-    return out
+        checked = (f"checked {n(self.partitions, 'partition')}, {n(self.segments, 'segment')}, "
+                   f"{n(self.batches, 'batch')}, {n(self.records, 'record')}")
+        return f"OK: {checked}" if self.ok else f"FAILED: {checked}; {n(len(self.problems), 'problem')} (above)"
 
 
 def verify_path(path: Path) -> VerifyReport:
+    """Check a log dir or one partition directory. Raises UsageError (nothing checked) when
+    ``path`` is neither, or holds no partition: "verified" must mean something was."""
     path = Path(path)
+    require_log_or_partition_dir(path, "verify")
     report = VerifyReport()
-    if not path.is_dir():
-        report.problems.append(Problem(str(path), None, "not a directory"))
-        return report
-    dirs = partition_dirs(path)
+    dirs = partitions_of(path)
+    if not dirs:
+        raise UsageError(f"{path} is a log dir with no partitions: nothing to verify.")
     if dirs != [path]:
         _verify_checkpoints(path, report)
     for d in dirs:
@@ -109,9 +105,12 @@ def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
 def _verify_partition(d: Path, report: VerifyReport) -> None:
     report.partitions += 1
     prev_next_offset: int | None = None
-    for f in sorted(d.iterdir()):
-        if f.name.endswith(names.TEMP_SUFFIXES):
-            report.notes.append(f"{f}: leftover temporary file (removed or completed on the next load)")
+    # .deleted files are normal (replaced segments awaiting file.delete.delay.ms): not mentioned.
+    # .cleaned/.swap are left by an interrupted clean; the next load resolves them: one note.
+    leftovers = sorted(f.name for f in d.iterdir() if f.name.endswith(INTERRUPTED_CLEAN_SUFFIXES))
+    if leftovers:
+        report.notes.append(f"{d}: {len(leftovers)} file(s) left by an interrupted clean ({', '.join(leftovers)}); "
+                            "the next load completes or removes them")
     logs = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(names.LOG_SUFFIX))
     for log_file in logs:
         report.segments += 1
@@ -148,8 +147,7 @@ def _verify_segment(log_file: Path, base: int, floor: int | None, report: Verify
     table = scan_batches(buf, 0, buf.shape[0])
     n = len(table)
     if table.stop_reason != ScanStop.END:
-        what = {ScanStop.SHORT_TAIL: "torn batch (the file ends inside it)", ScanStop.BAD_MAGIC: "bad magic",
-                ScanStop.BAD_SIZE: "batch length below the header size"}.get(table.stop_reason, "stop")
+        what = STOP_REASONS.get(table.stop_reason, "unreadable bytes")
         report.problems.append(Problem(name, table.stop_position, what))
     bad = first_crc_mismatch(buf, table)
     if bad >= 0:

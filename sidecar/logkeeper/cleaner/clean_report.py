@@ -1,0 +1,63 @@
+"""``logkeeper clean``'s closing lines: one per log, saying what was done or why nothing was.
+
+Kafka's cleaner is silent about the logs it skips; a user of the command cannot tell "nothing to
+do" from "did not look". The reasons follow the cleaner's own selection (selection.py,
+CleanerManager.grab_filthiest_compacted_log), checked in the order it applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..log.log import Log
+from .selection import LogToClean, cleanable_offsets
+from .stats import CleanerStats
+
+
+@dataclass
+class Tally:
+    """What the rounds of one log did, summed."""
+
+    rounds: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def add(self, stats: CleanerStats) -> None:
+        self.rounds += 1
+        self.messages_read += stats.messages_read
+        self.messages_written += stats.messages_written
+        self.bytes_read += stats.bytes_read
+        self.bytes_written += stats.bytes_written
+
+    def line(self) -> str:
+        rounds = "1 round" if self.rounds == 1 else f"{self.rounds} rounds"
+        return (f"cleaned in {rounds}: {self.messages_read:,} records read, {self.messages_written:,} kept; "
+                f"{self.bytes_read:,} bytes read, {self.bytes_written:,} written")
+
+
+def why_not_cleaned(log: Log, checkpoint: int | None, now_ms: int) -> str:
+    """Why the cleaner leaves ``log`` as it is now (read-only)."""
+    config = log.config
+    if not config.compact:
+        return "not cleaned: cleanup.policy has no compact (only compacted logs are cleaned)"
+    active = log.active_segment.base_offset
+    if not log.segments.values(-1, active):
+        return "not cleaned: nothing below the active segment (the active segment is never cleaned)"
+    offsets = cleanable_offsets(log, checkpoint, now_ms)
+    first_dirty = offsets.first_dirty_offset
+    if first_dirty >= active:
+        return f"not cleaned: already clean up to the active segment (offset {active})"
+    if offsets.first_uncleanable_dirty_offset <= first_dirty:
+        if log.last_stable_offset <= first_dirty:
+            return (f"not cleaned: an open transaction holds the last stable offset at {log.last_stable_offset}, "
+                    "at the start of the dirty section")
+        return (f"not cleaned: the dirty records are younger than min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms})")
+    ratio = LogToClean(log, first_dirty, offsets.first_uncleanable_dirty_offset).cleanable_ratio
+    if ratio <= config.min_cleanable_dirty_ratio:
+        return (f"not cleaned: dirty ratio {ratio:.2f} is not above min.cleanable.dirty.ratio "
+                f"{config.min_cleanable_dirty_ratio:g} (--config min.cleanable.dirty.ratio=0 cleans whatever is "
+                "dirty)")
+    return "not cleaned: the cleaner chose no round for it"
