@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The node of make node-smoke (issue 18, point 2), built once and cached beside e2e/tools.sh's
+# The node of make e2e (issue 18), built once and cached beside e2e/tools.sh's
 # control plane. e2e/tools.sh runs this when LOGKEEPER_E2E_NODE=1 and passes CACHE, K8S_VERSION,
 # K8S_LDFLAGS and MOD_SUM in the environment:
 #   kubelet, kube-scheduler, kube-proxy

@@ -1,4 +1,4 @@
-/* PID 1 of each pod sandbox on make node-smoke's node: it holds the pod's namespaces, reaps
+/* PID 1 of each pod sandbox on make e2e's node: it holds the pod's namespaces, reaps
  * orphaned children and exits on SIGINT or SIGTERM. Built with gcc -static by e2e/node_tools.sh. */
 #include <signal.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-"""The pod sandbox ("pause") image of make node-smoke, as an OCI archive for ``ctr images import``.
+"""The pod sandbox ("pause") image of make e2e, as an OCI archive for ``ctr images import``.
 
     python3 e2e/pause_image.py BINARY REF ARCHIVE
 

@@ -11,7 +11,7 @@
 # clone on the same machine reuses it). Go's own caches (GOMODCACHE, GOCACHE) are left where Go
 # keeps them, so a rebuild after a version bump recompiles only what changed.
 # Prints one line a tool, NAME=PATH, and writes the same to $CACHE/tools.env.
-# LOGKEEPER_E2E_NODE=1 also builds the node (e2e/node_tools.sh: $CACHE/node-tools.env).
+# LOGKEEPER_E2E_NODE=1 (make e2e sets it) also builds the node (e2e/node_tools.sh: $CACHE/node-tools.env).
 # First build on 2 cores: about 5 min for the control plane, 1 min for helm (measured 2026-11-23,
 # empty Go caches); GO_BUILD_P=N tunes parallelism.
 set -euo pipefail
@@ -68,7 +68,7 @@ fi
   echo "ETCD=$ETCD_DIR/root/usr/bin/etcd"
 } | tee "$CACHE/tools.env"
 
-# make node-smoke: the node too (kubelet, kube-scheduler, containerd, CNI, crictl, runc, pause image)
+# the node too (kubelet, kube-scheduler, kube-proxy, containerd, CNI, crictl, runc, pause image)
 if [[ "${LOGKEEPER_E2E_NODE:-}" == 1 ]]; then
   CACHE="$CACHE" K8S_VERSION="$K8S_VERSION" K8S_LDFLAGS="$K8S_LDFLAGS" MOD_SUM="$MOD_SUM" bash "$here/node_tools.sh"
 fi

@@ -248,7 +248,8 @@ assert aot.mode() == "aot" or not built, aot.mode()
 print("  python -c import logkeeper, logkeeper_operator, pyspark: ok; kernels:", aot.mode())'
     run "a Spark session on the JRE" /usr/bin/tini -- env SPARK_LOCAL_IP=127.0.0.1 python -c '
 from pyspark.sql import SparkSession
-s = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+s = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+     .config("spark.ui.showConsoleProgress", "false").getOrCreate())  # no progress bar before the line grepped
 n = s.range(1000).selectExpr("sum(id) as n").collect()[0].n
 print("  spark", s.version, "on java", s.sparkContext._jvm.java.lang.System.getProperty("java.version"), "sum:", n)
 s.stop()

@@ -1,14 +1,15 @@
-"""A real control plane on loopback for make e2e: etcd, kube-apiserver and
-kube-controller-manager (binaries from e2e/tools.sh), with a generated kubeconfig.
+"""The control plane of make e2e: etcd, kube-apiserver and kube-controller-manager (binaries from
+e2e/tools.sh), with a generated kubeconfig; realnode.py adds the node.
 
 - etcd: one member, data in the work dir, client and peer URLs on 127.0.0.1 (free ports).
 - kube-apiserver: serving cert self-signed into the work dir; one static admin token
   (system:masters); RBAC authorization, so the operator, which runs with its ServiceAccount's
   token, gets exactly the chart's Role; service accounts signed with a key made here.
 - kube-controller-manager: only the controllers the test needs - serviceaccount (the default
-  ServiceAccount that pods need), statefulset (the LogVolume's pod), job (the CompactionJob's
-  Job), garbagecollector (owner references: deleting a LogVolume deletes its children).
-  No scheduler and no kubelet: tests/e2e/node.py plays the node.
+  ServiceAccount that pods need), deployment and replicaset (the operator's Deployment),
+  statefulset (the LogVolume's pod), job (the CompactionJob's Job), garbagecollector (owner
+  references: deleting a LogVolume deletes its children), pvc-protection; the node's needs come in
+  ``extra_controllers`` (tests/e2e/conftest.py).
 
 Every process is started by this module and stopped by it (SIGTERM, then SIGKILL after a bound).
 """
@@ -95,6 +96,28 @@ class Proc:
         raise RuntimeError(f"{self.name}: no {what} within {timeout_s} s:\n{self.tail()}")
 
 
+def spawn(procs: list[Proc], workdir: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    """Start ``argv`` in its own session (stopped by its PID alone), output to workdir/<name>.log,
+    and add it to ``procs``."""
+    log = workdir / f"{name}.log"
+    with log.open("wb") as f:
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = Proc(name, p, log)
+    procs.append(proc)
+    return proc
+
+
+def log_tails(procs: list[Proc], lines: int = 30) -> str:
+    return "\n".join(f"--- {p.name} (last {lines} lines of {p.log}) ---\n{p.tail(lines)}" for p in procs)
+
+
+def check_alive(procs: list[Proc]) -> None:
+    for proc in procs:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+
+
 @dataclass
 class ControlPlane:
     workdir: Path
@@ -115,14 +138,7 @@ class ControlPlane:
     apiserver_args: tuple[str, ...] = ()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-        log = self.workdir / f"{name}.log"
-        f = log.open("wb")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env={**os.environ, **(env or {})}, start_new_session=True)
-        f.close()
-        proc = Proc(name, p, log)
-        self.procs.append(proc)
-        return proc
+        return spawn(self.procs, self.workdir, name, argv, env)
 
     def _wait(self, proc: Proc, check: Callable[[], Any], what: str) -> None:
         proc.wait_for(check, what)
@@ -201,7 +217,17 @@ class ControlPlane:
             proc.stop()
         self.procs.clear()
 
-    def check_alive(self) -> None:
-        for proc in self.procs:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+    def versions(self) -> dict[str, str]:
+        out = {}
+        for name, key in (("etcd", "ETCD"), ("kube-apiserver", "KUBE_APISERVER"),
+                          ("kube-controller-manager", "KUBE_CONTROLLER_MANAGER")):
+            try:
+                run = subprocess.run([self.tools[key], "--version"], capture_output=True, text=True, timeout=20,
+                                     check=False)
+                out[name] = ((run.stdout or run.stderr).strip().splitlines() or ["?"])[0]
+            except (OSError, subprocess.SubprocessError) as e:
+                out[name] = f"? ({e})"
+        return out
+
+    def log_tails(self, lines: int = 30) -> str:
+        return log_tails(self.procs, lines)

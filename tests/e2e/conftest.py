@@ -1,145 +1,162 @@
-"""Fixtures of make e2e: the control plane (cluster.py), the node (node.py), the operator as a
-local process with the chart's ServiceAccount token. The binaries come from e2e/tools.sh, whose
-NAME=PATH file make e2e passes in LOGKEEPER_E2E_TOOLS; without it these tests are skipped (they
-are not part of make test)."""
+"""Fixtures of make e2e: one real one-node cluster for the whole session - cluster.py's control plane
+and realnode.py's node (containerd, runc, CNI bridge, kube-scheduler, kubelet, kube-proxy) with our
+image imported - and the user's tools (kubectl, helm) pointed at it.
+
+make e2e passes the tools' NAME=PATH files (LOGKEEPER_E2E_TOOLS, LOGKEEPER_E2E_NODE_TOOLS) and the
+image's (LOGKEEPER_IMAGE_ENV). Without LOGKEEPER_E2E_TOOLS the tests skip, saying so (pytest run by
+hand or by another target); with it, a missing piece or a non-root user fails them: make e2e must
+never pass by skipping.
+
+On a failed step the pods' descriptions, events and logs (current and previous containers),
+`crictl ps -a` and the tails of every process's log are printed. LOGKEEPER_E2E_KEEP=1 keeps the
+work dir.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .cluster import ControlPlane, kubeconfig, read_tools
+from .cluster import ControlPlane, read_tools
+from .kube import TIMINGS, Helm, Kubectl, diagnostics, mark
+from .realnode import NODE_IP, RealNode
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
-NAMESPACE = "e2e"
-RELEASE_NAMESPACE = "logkeeper-system"
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.5) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a transient API error: try again
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
-
-
-class Kubectl:
-    def __init__(self, kubeconfig_path: Path) -> None:
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig_path)}
-        self.bin = str(VENV_BIN / "kubectl")
-
-    def __call__(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([self.bin, *args], input=stdin, capture_output=True, text=True, env=self.env,
-                             timeout=120, check=False)
-        if check and out.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({out.returncode}):\n{out.stderr}{out.stdout}")
-        return out
+NAMESPACE = "e2e"  # the LogVolumes'
+RELEASE_NAMESPACE = "logkeeper-system"  # the chart's (the operator's Deployment)
+SERVICE_CIDR = "10.96.0.0/24"  # cluster.py's --service-cluster-ip-range
+# the one cluster of the session, for the failure hook below
+_SESSION: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="session")
-def tools() -> dict[str, str]:
-    env_file = os.environ.get("LOGKEEPER_E2E_TOOLS")
-    if not env_file:
-        pytest.skip("make e2e runs these (it builds the control plane first: e2e/tools.sh)")
-    return read_tools(Path(env_file))
+def env() -> dict[str, str]:
+    tools_file = os.environ.get("LOGKEEPER_E2E_TOOLS")
+    if not tools_file:
+        pytest.skip("make e2e runs these (it builds the image, the control plane and the node first)")
+    if os.geteuid() != 0:
+        pytest.fail("make e2e needs root: it runs containerd, runc and kubelet")
+    node_file, image_file = os.environ.get("LOGKEEPER_E2E_NODE_TOOLS", ""), os.environ.get("LOGKEEPER_IMAGE_ENV", "")
+    for what, path in (("LOGKEEPER_E2E_NODE_TOOLS", node_file), ("LOGKEEPER_IMAGE_ENV", image_file)):
+        if not path or not Path(path).is_file():
+            pytest.fail(f"{what}={path!r} names no file (make e2e writes it)")
+    return {**read_tools(Path(tools_file)), **read_tools(Path(node_file)), **read_tools(Path(image_file))}
 
 
-@pytest.fixture(scope="session")
-def workdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="logkeeper-e2e-"))
-    yield d
-    if os.environ.get("LOGKEEPER_E2E_KEEP"):
-        print(f"\ne2e work dir kept: {d}")
-    else:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def control_plane(tools: dict[str, str], workdir: Path) -> Iterator[ControlPlane]:
-    cp = ControlPlane(workdir / "cluster", tools)
+def helm_version(binary: str) -> str:
+    """helm built with go install reports only its minor version; its module's version is exact."""
     try:
+        out = subprocess.run(["go", "version", "-m", binary], capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"? ({e})"
+    mod = [line.split() for line in out.splitlines() if line.split()[:1] == ["mod"]]
+    return f"{mod[0][1]} {mod[0][2]}" if mod else "?"
+
+
+def print_versions(cp: ControlPlane, node: RealNode, env: dict[str, str], kubectl: Kubectl) -> None:
+    archive = Path(env["IMAGE_ARCHIVE"])
+    listed = node.ctr("images", "ls", f"name=={env['IMAGE_REF']}").stdout.splitlines()
+    versions = {
+        **cp.versions(), **node.versions(),
+        "helm": helm_version(env["HELM"]),
+        "kubectl": json.loads(kubectl("version", "--client", "-o", "json").stdout)["clientVersion"]["gitVersion"],
+        "image": f"{env['IMAGE_REF']} digest {env['IMAGE_DIGEST']} config {env.get('IMAGE_ID', '?')}",
+        "image archive": f"{archive} ({archive.stat().st_size / 1e6:.0f} MB)",
+        "image in containerd": " ".join(listed[-1].split()) if len(listed) > 1 else "?",
+    }
+    print("\ncomponent versions:")
+    for name, version in versions.items():
+        print(f"  {name}: {version}")
+
+
+@pytest.fixture(scope="session")
+def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
+    work = Path(tempfile.mkdtemp(prefix="lk-e2e-"))
+    # kube-apiserver on the node's IP (the pod network's bridge), published as the kubernetes
+    # Service's endpoint: kube-proxy routes 10.96.0.1 to it, so the operator's pod reaches it as in
+    # any cluster. The controllers a real node needs beyond cluster.py's: nodelifecycle (lifts the
+    # not-ready taint), persistentvolume-binder (claims to the static PVs), root-ca-cert-publisher
+    # (the CA a pod verifies the API server with), endpointslice (the sidecar's headless Service),
+    # pv-protection (a PV's deletion waits for its finalizer)
+    cp = ControlPlane(work / "cluster", env,
+                      extra_controllers=("nodelifecycle", "persistentvolume-binder", "root-ca-cert-publisher",
+                                         "endpointslice", "pv-protection"),
+                      api_address=NODE_IP, endpoint_reconciler="lease",
+                      controller_manager_args=(f"--root-ca-file={work / 'cluster' / 'certs' / 'apiserver.crt'}",),
+                      apiserver_args=("--kubelet-preferred-address-types=InternalIP",))
+    node = RealNode(work / "node", env, cp, kube_proxy=env["KUBE_PROXY"], service_cidr=SERVICE_CIDR)
+    problems: list[str] = []
+    try:
+        node.make_network()  # before the control plane: kube-apiserver listens on the bridge's address
         cp.start()
-        yield cp
+        mark("control plane up (etcd, kube-apiserver, kube-controller-manager)")
+        node.start([Path(env["IMAGE_ARCHIVE"])])
+        mark("node up (containerd, images imported, kube-scheduler, kubelet, kube-proxy)")
+        _SESSION.update(cp=cp, node=node)
+        yield cp, node
     finally:
-        cp.stop()
+        _SESSION.clear()
+        try:
+            problems = node.stop(delete_network=False)
+        finally:
+            # kube-apiserver on the bridge's address deletes its lease through it as it stops
+            for proc in reversed(cp.procs):
+                t = time.monotonic()
+                proc.stop()
+                node.timings[f"stop {proc.name} s"] = round(time.monotonic() - t, 1)
+            cp.stop()
+            node.delete_network()
+            print("\nnode timings:", json.dumps({k: round(v, 1) for k, v in node.timings.items()}))
+        if os.environ.get("LOGKEEPER_E2E_KEEP"):
+            print(f"work dir kept: {work}")
+        else:
+            node.remove_workdir()
+            shutil.rmtree(work, ignore_errors=True)
+        print("cleanup of the host:", "; ".join(problems) or "clean")
+        print("e2e step times (s since start):", json.dumps(TIMINGS))
 
 
 @pytest.fixture(scope="session")
-def kubectl(control_plane: ControlPlane) -> Kubectl:
-    return Kubectl(control_plane.kubeconfig_path)
+def kubectl(cluster: tuple[ControlPlane, RealNode]) -> Kubectl:
+    return Kubectl(cluster[0].kubeconfig_path)
 
 
 @pytest.fixture(scope="session")
-def api(control_plane: ControlPlane) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(str(control_plane.kubeconfig_path))
+def helm(env: dict[str, str], cluster: tuple[ControlPlane, RealNode]) -> Helm:
+    return Helm(env["HELM"], cluster[0].kubeconfig_path, cluster[1].workdir / "helm")
 
 
 @pytest.fixture(scope="session")
-def helm(tools: dict[str, str], control_plane: ControlPlane,
-         workdir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig_path), "HELM_CACHE_HOME": str(workdir / "helm"),
-           "HELM_CONFIG_HOME": str(workdir / "helm"), "HELM_DATA_HOME": str(workdir / "helm")}
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([tools["HELM"], *args], capture_output=True, text=True, env=env, timeout=300, check=False)
-        if check and out.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed ({out.returncode}):\n{out.stderr}{out.stdout}")
-        return out
-
-    return run
+def node(cluster: tuple[ControlPlane, RealNode]) -> RealNode:
+    return cluster[1]
 
 
-class Operator:
-    """``python -m logkeeper_operator --namespace e2e`` as a local process."""
-
-    def __init__(self, kubeconfig_path: Path, log: Path) -> None:
-        self.kubeconfig_path = kubeconfig_path
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig_path), "LOGKEEPER_IMAGE": "logkeeper:e2e",
-               "LOGKEEPER_OPERATOR_STATUS_INTERVAL_SECONDS": "2", "LOGKEEPER_OPERATOR_COMPACTION_INTERVAL_SECONDS": "2",
-               "LOGKEEPER_OPERATOR_RETRY_DELAY_SECONDS": "3", "NUMBA_CACHE_DIR": str(REPO / ".cache" / "numba")}
-        with self.log.open("ab") as f:
-            self.proc = subprocess.Popen([sys.executable, "-m", "logkeeper_operator", "--namespace", NAMESPACE],
-                                         stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                         start_new_session=True)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+@pytest.fixture(scope="session")
+def versions(env: dict[str, str], cluster: tuple[ControlPlane, RealNode], kubectl: Kubectl) -> None:
+    print_versions(cluster[0], cluster[1], env, kubectl)
 
 
-def service_account_kubeconfig(kubectl: Kubectl, server: str, ca_file: Path, path: Path) -> Path:
-    """A kubeconfig with the chart's ServiceAccount token: the operator gets the chart's RBAC, no more."""
-    token = kubectl("create", "token", "logkeeper", "-n", RELEASE_NAMESPACE, "--duration", "2h").stdout.strip()
-    path.write_text(kubeconfig(server, ca_file, token, user="logkeeper-operator", namespace=NAMESPACE))
-    return path
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or "cp" not in _SESSION:
+        return
+    cp, node = _SESSION["cp"], _SESSION["node"]
+    try:
+        text = diagnostics(Kubectl(cp.kubeconfig_path), (NAMESPACE, RELEASE_NAMESPACE))
+        out = node.crictl("ps", "-a", check=False)
+        text += f"\n--- crictl ps -a ---\n{out.stdout}{out.stderr}\n{node.log_tails()}\n{cp.log_tails()}"
+    except (OSError, subprocess.SubprocessError, AssertionError) as e:
+        text = f"(diagnostics failed: {e})"
+    report.sections.append((f"e2e diagnostics after {item.name}", text))

@@ -1,5 +1,5 @@
-"""A real Kubernetes node for make node-smoke (issue 18, point 2): containerd, kube-scheduler and
-kubelet beside tests/e2e/cluster.py's control plane, binaries from e2e/node_tools.sh.
+"""The real Kubernetes node of make e2e: containerd, kube-scheduler, kubelet and kube-proxy beside
+tests/e2e/cluster.py's control plane, binaries from e2e/node_tools.sh.
 
 - containerd 2.x: its own root, state, sockets and opt dir under the work dir; CRI with Debian's
   runc (cgroupfs), ``restrict_oom_score_adj = true`` (this host lacks CAP_SYS_RESOURCE: without it
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import ControlPlane, Proc, free_port
+from .cluster import ControlPlane, Proc, check_alive, free_port, log_tails, spawn
 
 BRIDGE = "lknode0"
 POD_SUBNET = "10.213.77.0/24"
 NODE_IP = "10.213.77.1"
 NODE_NAME = "logkeeper-node"
-NETWORK = "logkeeper-node-smoke"
+NETWORK = "logkeeper-e2e"
 START_TIMEOUT_S = 120
 
 
@@ -136,13 +136,7 @@ class RealNode:
 
     # processes ------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-        log = self.workdir / f"{name}.log"
-        with log.open("wb") as f:
-            p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
-        proc = Proc(name, p, log)
-        self.procs.append(proc)
-        return proc
+        return spawn(self.procs, self.workdir, name, argv, env)
 
     def _wait(self, proc: Proc, check: Any, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         # crictl and kubectl checks may time out (SubprocessError) while their server starts
@@ -383,12 +377,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         }
 
     def log_tails(self, lines: int = 40) -> str:
-        return "\n".join(f"--- {p.name} (last {lines} lines of {p.log}) ---\n{p.tail(lines)}" for p in self.procs)
+        return log_tails(self.procs, lines)
 
     def check_alive(self) -> None:
-        for proc in self.procs:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+        check_alive(self.procs)
 
     # stop -----------------------------------------------------------------------------------
     def stop(self, delete_network: bool = True) -> list[str]:

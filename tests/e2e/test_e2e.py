@@ -1,37 +1,42 @@
-"""make e2e: logkeeper against a real kube-apiserver (and kube-controller-manager), as a user
-would run it: kubectl apply -f crds/, helm install the chart (operator Deployment scaled to 0, the
-operator running as a local process with the chart's ServiceAccount), kubectl apply a LogVolume.
-The node is played by node.py (no kubelet here). Steps run in order; each names what it checks.
+"""make e2e: logkeeper as users run it, on a real one-node cluster (conftest.py): kubectl apply -f
+crds/, helm install (the operator a Deployment of our image, in-cluster, under the chart's
+ServiceAccount and RBAC), kubectl apply a LogVolume on static local PVs; the StatefulSet's pod runs
+our sidecar image under Pod Security "restricted", kubelet runs its probes; records go through the
+Service; a backlog becomes a CompactionJob whose pod runs spark-compact in our image; the sidecar
+container is killed and its pod deleted, with nothing lost; deletions leave nothing behind.
+Steps run in order (one cluster); each names what it checks.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import re
-import time
-import urllib.request
-from collections.abc import Iterator
+import secrets
+import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from .cluster import ControlPlane, free_port
-from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO, Kubectl, Operator, service_account_kubeconfig, wait_for
-from .node import Node
+from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
+from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, wait_for
+from .realnode import NODE_NAME, POD_SUBNET, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
-SIDECAR_PORT = free_port()
-TIMINGS: dict[str, float] = {}
-_T0 = time.monotonic()
-
-
-def mark(step: str) -> None:
-    TIMINGS[step] = round(time.monotonic() - _T0, 1)
-
-
+LV, POD = "orders", "orders-0"  # names.pod_name: the StatefulSet's one pod
+SIDECAR_PORT = 8080  # the LogVolume's default spec.sidecar.port
+OPERATOR_SA = f"system:serviceaccount:{RELEASE_NAMESPACE}:logkeeper"
+# The operator's settings, faster than the chart's defaults so the steps take seconds, not minutes
+VALUES = f"""
+operator:
+  watchNamespaces: [{NAMESPACE}]
+  settings:
+    status.interval.seconds: 2
+    compaction.interval.seconds: 2
+    retry.delay.seconds: 3
+"""
 POLICY = f"""
 apiVersion: logkeeper.io/v1alpha1
 kind: CleanerPolicy
@@ -42,11 +47,10 @@ spec:
     log.cleaner.backoff.ms: 300
     log.cleaner.dedupe.buffer.size: 24576
 """
-
 LOGVOLUME = f"""
 apiVersion: logkeeper.io/v1alpha1
 kind: LogVolume
-metadata: {{name: orders, namespace: {NAMESPACE}}}
+metadata: {{name: {LV}, namespace: {NAMESPACE}}}
 spec:
   volumes:
     - {{id: disk-0, size: 1Gi, deleteClaim: true}}
@@ -64,82 +68,76 @@ spec:
     log.retention.check.interval.ms: 1000
     log.initial.task.delay.ms: 0
   cleanerPolicyRef: {{name: fast}}
-  sidecar:
-    image: logkeeper:e2e
-    port: {SIDECAR_PORT}
   spark:
-    timeoutSeconds: 300
+    timeoutSeconds: 600
     maxAttempts: 2
     cooldownSeconds: 3600
 """
+# what step 6 and step 8 wrote to accounts-0, key -> last value; what step 9 wrote to events-0
+WRITTEN: dict[str, Any] = {"accounts": {}, "events": []}
 
 
-@pytest.fixture(scope="module")
-def node(api: Any, control_plane: ControlPlane, workdir: Path) -> Iterator[Node]:
-    n = Node(api, NAMESPACE, workdir / "node")
-    n.start()
-    yield n
-    n.stop()
-    print("\nnode:\n  " + "\n  ".join(n.events[-40:]))
-    if n.errors:
-        print("node errors:\n  " + "\n  ".join(n.errors[-10:]))
-
-
-@pytest.fixture(scope="module")
-def operator(kubectl: Kubectl, control_plane: ControlPlane, workdir: Path) -> Iterator[Operator]:
-    cfg = service_account_kubeconfig(kubectl, control_plane.server, control_plane.ca_file,
-                                     workdir / "operator.kubeconfig")
-    op = Operator(cfg, workdir / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-    print("\noperator log (tail):\n" + op.tail(40))
-
-
-def lv_json(kubectl: Kubectl, name: str = "orders") -> dict[str, Any]:
-    return json.loads(kubectl("get", "logvolume", name, "-n", NAMESPACE, "-o", "json").stdout)
-
-
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
-
-
-def exists(kubectl: Kubectl, kind: str, name: str, ns: str = NAMESPACE) -> bool:
-    out = kubectl("get", kind, name, "-n", ns, "-o", "name", "--ignore-not-found", check=True)
-    return bool(out.stdout.strip())
-
-
-def token(kubectl: Kubectl) -> str:
-    sec = json.loads(kubectl("get", "secret", "orders-token", "-n", NAMESPACE, "-o", "json").stdout)
-    return base64.b64decode(sec["data"]["token"]).decode()
-
-
-def produce(tok: str, topic: str, partition: int, records: list[dict[str, str]]) -> dict[str, Any]:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{SIDECAR_PORT}/v1/topics/{topic}/partitions/{partition}/records",
-        data=json.dumps({"records": records}).encode(), method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {tok}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return dict(json.loads(r.read()))
+def lv_json(kubectl: Kubectl, name: str = LV) -> dict[str, Any]:
+    return dict(kubectl.json("get", "logvolume", name, "-n", NAMESPACE))
 
 
 def partition_status(kubectl: Kubectl, name: str) -> dict[str, Any]:
     return next((p for p in lv_json(kubectl).get("status", {}).get("partitions") or [] if p["partition"] == name), {})
 
 
-def pod_uid(kubectl: Kubectl) -> str:
-    out = kubectl("get", "pod", "orders-0", "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}", check=False)
-    return out.stdout.strip() if out.returncode == 0 else ""
+def pod(kubectl: Kubectl, name: str = POD) -> dict[str, Any]:
+    return dict(kubectl.json("get", "pod", name, "-n", NAMESPACE))
+
+
+def sidecar_ready(kubectl: Kubectl, min_restarts: int = 0) -> dict[str, Any] | None:
+    return container_ready(pod(kubectl), "sidecar", min_restarts)
+
+
+def through_service(kubectl: Kubectl) -> Sidecar:
+    """The sidecar's API through its (headless) Service: the ready address its EndpointSlice lists,
+    which is what cluster DNS would answer for the Service's name (there is no DNS server here)."""
+    def address() -> str | None:
+        slices = kubectl.json("get", "endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={LV}")
+        ready = [a for s in slices["items"] for e in s.get("endpoints") or []
+                 if (e.get("conditions") or {}).get("ready") for a in e["addresses"]]
+        return ready[0] if len(ready) == 1 else None
+
+    ip = wait_for(address, 120, f"one ready endpoint of Service {LV}")
+    assert ip.startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), ip
+    secret = kubectl.json("get", "secret", f"{LV}-token", "-n", NAMESPACE)
+    return Sidecar(f"http://{ip}:{SIDECAR_PORT}", base64.b64decode(secret["data"]["token"]).decode())
+
+
+def printed_columns(table: str) -> dict[str, str]:
+    """kubectl's table of one object as {column: value}, cut where each header starts (a value
+    may hold a space: "cleaning 1/1")."""
+    header, row = table.splitlines()[:2]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return {header[a:b].strip(): row[a:b].strip() for a, b in bounds}
+
+
+def latest_by_key(records: list[dict[str, Any]]) -> dict[str, str]:
+    return {r["key"]: r["value"] for r in records}
 
 
 # ------------------------------------------------------------------------------------------ steps
-def test_01_control_plane_up(control_plane: ControlPlane, kubectl: Kubectl) -> None:
-    mark("control plane up")
-    version = kubectl("version", "-o", "json").stdout
-    assert json.loads(version)["serverVersion"]["gitVersion"].startswith("v1.")
-    kubectl("create", "namespace", NAMESPACE)
-    kubectl("create", "namespace", RELEASE_NAMESPACE)
-    wait_for(lambda: exists(kubectl, "serviceaccount", "default"), 60, "the default ServiceAccount (its controller)")
+def test_01_cluster_up_and_namespaces_restricted(kubectl: Kubectl, versions: None) -> None:
+    wait_for(lambda: condition(kubectl.json("get", "node", NODE_NAME), "Ready").get("status") == "True",
+             120, f"node {NODE_NAME} Ready")
+    server = json.loads(kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
+    assert server.startswith("v1."), server
+    for ns in (NAMESPACE, RELEASE_NAMESPACE):
+        kubectl("create", "namespace", ns)
+        kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/enforce-version=latest")
+        wait_for(lambda n=ns: kubectl.exists("serviceaccount", "default", n), 60, f"{ns}'s default ServiceAccount")
+    # Pod Security admission enforces "restricted": a pod that asks for nothing is refused
+    bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "c", "image": "logkeeper:0.1.0"}]}}
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(bare), check=False)
+    assert refused.returncode != 0 and "restricted" in refused.stderr, refused.stderr + refused.stdout
+    mark("node Ready; namespaces enforce Pod Security restricted")
 
 
 def test_02_crds_apply(kubectl: Kubectl) -> None:
@@ -154,9 +152,10 @@ def test_02_crds_apply(kubectl: Kubectl) -> None:
     out = kubectl("api-resources", "--api-group=logkeeper.io").stdout
     for short in ("lv", "cp", "cj"):
         assert short in out, out
+    mark("CRDs applied")
 
 
-def test_03_chart_lint_and_server_dry_run(helm: Any, kubectl: Kubectl) -> None:
+def test_03_chart_lint_and_server_dry_run(helm: Helm, kubectl: Kubectl) -> None:
     lint = helm("lint", "--strict", str(CHART), "--set", f"operator.watchNamespaces={{{NAMESPACE}}}")
     assert "0 chart(s) failed" in lint.stdout, lint.stdout
     # helm template talks to no cluster: give it the server's version for the chart's kubeVersion check
@@ -170,145 +169,248 @@ def test_03_chart_lint_and_server_dry_run(helm: Any, kubectl: Kubectl) -> None:
         for doc in yaml.safe_load_all(rendered):
             for rule in (doc or {}).get("rules", []):
                 assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+    mark("chart linted, server-side dry run")
 
 
-def test_04_helm_install(helm: Any, kubectl: Kubectl) -> None:
-    helm("install", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "--set", "operator.replicas=0",
-         "--set", f"operator.watchNamespaces={{{NAMESPACE}}}", "--wait", "--timeout", "60s")
-    dep = json.loads(kubectl("get", "deployment", "logkeeper", "-n", RELEASE_NAMESPACE, "-o", "json").stdout)
-    assert dep["spec"]["replicas"] == 0
-    sc = dep["spec"]["template"]["spec"]["containers"][0]["securityContext"]
-    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
-    assert exists(kubectl, "role", "logkeeper") and exists(kubectl, "rolebinding", "logkeeper")
-    can = kubectl("auth", "can-i", "create", "statefulsets", "-n", NAMESPACE,
-                  f"--as=system:serviceaccount:{RELEASE_NAMESPACE}:logkeeper", check=False).stdout.strip()
-    cannot = kubectl("auth", "can-i", "delete", "secrets", "-n", NAMESPACE,
-                     f"--as=system:serviceaccount:{RELEASE_NAMESPACE}:logkeeper", check=False).stdout.strip()
+def test_04_helm_install_runs_the_operator_in_cluster(helm: Helm, kubectl: Kubectl, node: RealNode,
+                                                      env: dict[str, str]) -> None:
+    values = node.workdir / "values.yaml"
+    values.write_text(VALUES)
+    helm("install", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "-f", str(values), "--wait", "--timeout", "300s")
+    dep = kubectl.json("get", "deployment", "logkeeper", "-n", RELEASE_NAMESPACE)
+    assert dep["status"].get("readyReplicas") == 1, dep["status"]
+    assert kubectl.exists("role", "logkeeper", NAMESPACE) and kubectl.exists("rolebinding", "logkeeper", NAMESPACE)
+    can = kubectl("auth", "can-i", "create", "statefulsets", "-n", NAMESPACE, f"--as={OPERATOR_SA}",
+                  check=False).stdout.strip()
+    cannot = kubectl("auth", "can-i", "delete", "secrets", "-n", NAMESPACE, f"--as={OPERATOR_SA}",
+                     check=False).stdout.strip()
     assert (can, cannot) == ("yes", "no")
-    mark("chart installed")
+    pods = kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=logkeeper")["items"]
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    op = pods[0]
+    assert op["spec"]["serviceAccountName"] == "logkeeper" and op["spec"]["nodeName"] == NODE_NAME
+    assert op["status"]["phase"] == "Running" and container_ready(op, "operator"), op["status"]
+    status = op["status"]["containerStatuses"][0]
+    assert env["IMAGE_ID"] in status["imageID"] or env["IMAGE_DIGEST"] in status["imageID"], status
+    print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
+    mark("helm install: the operator's pod Running in-cluster from our image under its ServiceAccount")
 
 
-def test_05_logvolume_becomes_ready(kubectl: Kubectl, operator: Operator, node: Node) -> None:
+def test_05_logvolume_becomes_ready_on_the_node(kubectl: Kubectl, node: RealNode) -> None:
+    pvs = [local_pv(f"e2e-disk-{i}", node.workdir / "volumes" / f"disk-{i}", "1Gi", NODE_NAME) for i in range(2)]
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pvs))
     kubectl("apply", "-f", "-", stdin=POLICY)
     kubectl("apply", "-f", "-", stdin=LOGVOLUME)
-    for kind, name in (("statefulset", "orders"), ("configmap", "orders-config"), ("service", "orders"),
-                       ("secret", "orders-token"), ("pvc", "orders-disk-0"), ("pvc", "orders-disk-1")):
-        wait_for(lambda k=kind, n=name: exists(kubectl, k, n), 60, f"{kind}/{name} made by the operator")
-    cm = json.loads(kubectl("get", "configmap", "orders-config", "-n", NAMESPACE, "-o", "json").stdout)
-    config = yaml.safe_load(cm["data"]["config.yaml"])
+    for kind, name in (("statefulset", LV), ("configmap", f"{LV}-config"), ("service", LV),
+                       ("secret", f"{LV}-token"), ("pvc", f"{LV}-disk-0"), ("pvc", f"{LV}-disk-1")):
+        wait_for(lambda k=kind, n=name: kubectl.exists(k, n, NAMESPACE), 60, f"{kind}/{name} made by the operator")
+    config = yaml.safe_load(kubectl.json("get", "configmap", f"{LV}-config", "-n", NAMESPACE)["data"]["config.yaml"])
     assert config["node"]["log.dirs"] == ["/data/disk-0/log", "/data/disk-1/log"]
     assert config["cleaner"]["log.cleaner.dedupe.buffer.size"] == 24576
-    wait_for(lambda: condition(lv_json(kubectl), "Ready").get("status") == "True", 120,
-             "LogVolume orders Ready=True" + f"\n{operator.tail(20)}\n{node.events[-10:]}")
-    pvc0 = json.loads(kubectl("get", "pvc", "orders-disk-0", "-n", NAMESPACE, "-o", "json").stdout)
-    pvc1 = json.loads(kubectl("get", "pvc", "orders-disk-1", "-n", NAMESPACE, "-o", "json").stdout)
-    assert pvc0["metadata"]["ownerReferences"][0]["kind"] == "LogVolume"
-    assert not pvc1["metadata"].get("ownerReferences")
-    mark("LogVolume ready")
+    ready = wait_for(lambda: sidecar_ready(kubectl), 300, "the sidecar container Ready (kubelet's /readyz probe)")
+    wait_for(lambda: condition(lv_json(kubectl), "Ready").get("status") == "True", 120, "LogVolume orders Ready")
+    for i in range(2):
+        claim = kubectl.json("get", "pvc", f"{LV}-disk-{i}", "-n", NAMESPACE)
+        assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == f"e2e-disk-{i}"
+    assert kubectl.json("get", "pvc", f"{LV}-disk-0", "-n", NAMESPACE)["metadata"]["ownerReferences"][0][
+        "kind"] == "LogVolume"
+    assert not kubectl.json("get", "pvc", f"{LV}-disk-1", "-n", NAMESPACE)["metadata"].get("ownerReferences")
+    st = pod(kubectl)["status"]
+    assert st["phase"] == "Running" and st["podIP"].startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), st
+    # what the runtime runs: the OCI spec containerd gave runc, and the process itself
+    info = json.loads(node.crictl("inspect", ready["containerID"].split("://", 1)[1]).stdout)["info"]
+    spec = info["runtimeSpec"]
+    assert spec["process"]["user"]["uid"] == 10001 and spec["process"]["user"]["gid"] == 10001, spec["process"]
+    assert spec["root"].get("readonly") is True, spec["root"]
+    caps = spec["process"].get("capabilities", {})
+    assert not any(caps.get(k) for k in ("bounding", "effective", "permitted", "inheritable", "ambient")), caps
+    assert spec["process"].get("noNewPrivileges") is True
+    assert spec["linux"].get("seccomp", {}).get("defaultAction") == "SCMP_ACT_ERRNO"
+    status_file = Path(f"/proc/{info['pid']}/status").read_text()
+    uids = next(line for line in status_file.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert uids[:2] == ["10001", "10001"], uids
+    assert not node.kernel_tunables_changed(), f"kubelet changed them again: {node.kernel_tunables_changed()}"
+    print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
+    mark("LogVolume Ready: the sidecar pod Running from our image on the local PVs (uid 10001, read-only root)")
 
 
-def test_06_printer_columns_show_live_cleaning_state(kubectl: Kubectl) -> None:
-    tok = token(kubectl)
+def test_06_records_through_the_service_and_cleaning_state(kubectl: Kubectl, node: RealNode) -> None:
+    api = through_service(kubectl)
     for rnd in range(4):  # the same keys again and again: a dirty compacted log
         for lo in range(0, 300, 100):  # a batch must fit in a segment (16 KiB here), as in Kafka
-            produce(tok, "accounts", 0, [{"key": f"k{i}", "value": f"v{rnd}-{i}-" + "x" * 40}
-                                         for i in range(lo, lo + 100)])
-    wait_for(lambda: partition_status(kubectl, "accounts-0").get("lastCleanedMs"), 90,
+            batch = [{"key": f"k{i}", "value": f"v{rnd}-{i}-" + "x" * 40} for i in range(lo, lo + 100)]
+            api.produce("accounts", 0, batch)
+            WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
+    assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
+    assert any((node.workdir / "volumes" / "disk-0").rglob("*.log")), "no segment on the PV"
+    mark("records produced through the Service and read back; segments on the local PV")
+    wait_for(lambda: partition_status(kubectl, "accounts-0").get("lastCleanedMs"), 120,
              "a cleaning round on accounts-0 reported in the status")
     table = kubectl("get", "logvolumes", "-n", NAMESPACE).stdout
-    header, row = table.splitlines()[0].split(), table.splitlines()[1]
-    assert header[:6] == ["NAME", "READY", "CLEANING", "PARTITIONS", "MAX-DIRTY", "BACKLOGS"], table
-    assert row.split()[:2] == ["orders", "True"] and ("idle" in row or "cleaning" in row), table
-    assert row.split()[3] == "3", table
+    columns = printed_columns(table)
+    assert list(columns)[:6] == ["NAME", "READY", "CLEANING", "PARTITIONS", "MAX-DIRTY", "BACKLOGS"], table
+    assert (columns["NAME"], columns["READY"], columns["PARTITIONS"]) == (LV, "True", "3"), table
+    assert columns["CLEANING"].startswith(("idle", "cleaning")), table  # e.g. "cleaning 1/1"
     wide = kubectl("get", "lv", "-n", NAMESPACE, "-o", "wide").stdout
     assert "OFFLINE" in wide and "UNCLEANABLE" in wide, wide
     print("\n" + table)
-    mark("cleaning state shown")
+    mark("kubectl get logvolumes shows the cleaning state")
 
 
-def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl, node: Node) -> None:
-    uid = pod_uid(kubectl)
-    kubectl("patch", "logvolume", "orders", "-n", NAMESPACE, "--type=json", "-p",
+def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl) -> None:
+    uid = pod(kubectl)["metadata"]["uid"]
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
             json.dumps([{"op": "replace", "path": "/spec/topics/1/partitions", "value": 3}]))
     wait_for(lambda: partition_status(kubectl, "events-2"), 60, "events-2 created live by the operator")
-    assert pod_uid(kubectl) == uid, "a partition count change must not roll the pod"
+    assert pod(kubectl)["metadata"]["uid"] == uid, "a partition count change must not roll the pod"
     kubectl("patch", "cleanerpolicy", "fast", "-n", NAMESPACE, "--type=merge", "-p",
             json.dumps({"spec": {"cleaner": {"log.cleaner.backoff.ms": 250}}}))
-    wait_for(lambda: pod_uid(kubectl) not in ("", uid), 90, "the pod rolled after a cleaner change")
+    wait_for(lambda: pod(kubectl)["metadata"]["uid"] != uid, 120, "the pod rolled after a cleaner change")
     # the new pod itself must serve: the LogVolume's Ready may still be the old pod's until the next poll
-    wait_for(lambda: node.is_ready(pod_uid(kubectl)) and condition(lv_json(kubectl), "Ready").get("status") == "True"
-             and partition_status(kubectl, "events-2"), 120, "Ready again after the roll, data kept")
-    mark("live change + roll")
+    wait_for(lambda: sidecar_ready(kubectl) and condition(lv_json(kubectl), "Ready").get("status") == "True"
+             and partition_status(kubectl, "events-2"), 300, "Ready again after the roll")
+    assert latest_by_key(through_service(kubectl).read_all("accounts", 0)) == WRITTEN["accounts"]
+    mark("topic change live; cleaner change rolled the pod, records kept")
 
 
-def test_08_backlog_becomes_a_compaction_job_that_completes(kubectl: Kubectl, node: Node, operator: Operator) -> None:
-    tok = token(kubectl)
+def test_08_backlog_becomes_a_compaction_job_in_our_image(kubectl: Kubectl, env: dict[str, str]) -> None:
+    api = through_service(kubectl)
     # 3000 distinct keys, far more than one offset map of 24 KiB holds (~900), each written twice
     for chunk in range(30):
-        produce(tok, "accounts", 0, [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20}
-                                     for i in range(200)])
-    cjs = wait_for(lambda: json.loads(kubectl("get", "compactionjobs", "-n", NAMESPACE, "-o", "json").stdout)["items"],
-                   150, "a CompactionJob for the backlog on accounts-0" + f"\n{operator.tail(20)}")
+        batch = [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20} for i in range(200)]
+        api.produce("accounts", 0, batch)
+        WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
+    cjs = wait_for(lambda: kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"], 180,
+                   "a CompactionJob for the backlog on accounts-0")
     cj = cjs[0]
     assert cj["spec"]["topic"] == "accounts" and cj["spec"]["partition"] == 0
     name = cj["metadata"]["name"]
 
-    def phase() -> str | None:
-        obj = json.loads(kubectl("get", "compactionjob", name, "-n", NAMESPACE, "-o", "json").stdout)
-        ph = (obj.get("status") or {}).get("phase")
-        return obj if ph in ("Succeeded", "Failed") else None
+    def finished() -> dict[str, Any] | None:
+        obj = kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)
+        return dict(obj) if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
 
-    done = wait_for(phase, 180, f"CompactionJob {name} to finish\n{operator.tail(30)}\n{node.events[-10:]}")
+    done = wait_for(finished, 600, f"CompactionJob {name} to finish", every_s=3)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["submissionId"] == f"{name}-a1"
-    job = json.loads(kubectl("get", "job", f"{name}-a1", "-n", NAMESPACE, "-o", "json").stdout)
+    job = kubectl.json("get", "job", f"{name}-a1", "-n", NAMESPACE)
     cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[:2] == ["logkeeper", "spark-compact"] and "--partition" in cmd, cmd
+    # the Job's pod ran on the node, in our image, and exited 0
+    # (kubelet may report the pod's phase a moment after the Job controller counted its container)
+    job_pods = wait_for(lambda: [p for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l",
+                                                         f"job-name={name}-a1")["items"]
+                                 if p["status"].get("phase") == "Succeeded"], 60, f"{name}-a1's pod Succeeded")
+    assert len(job_pods) == 1, [p["metadata"]["name"] for p in job_pods]
+    spark = job_pods[0]["status"]["containerStatuses"][0]
+    assert env["IMAGE_ID"] in spark["imageID"] or env["IMAGE_DIGEST"] in spark["imageID"], spark
+    assert spark["state"]["terminated"]["exitCode"] == 0, spark
     print("\n" + kubectl("get", "compactionjobs", "-n", NAMESPACE, "-o", "wide").stdout)
     print(done["status"]["message"])
     figures = {k: int(v.replace(",", "")) for k, v in re.findall(r"(bytes_read|bytes_written) ([\d,]+)",
                                                                   done["status"]["message"])}
     assert figures["bytes_written"] < figures["bytes_read"], done["status"]  # the overwritten half went
-    mark("compaction job done")
+    # the result is installed: every key's last value, and only the last, is what the sidecar serves
+    records = api.read_all("accounts", 0)
+    assert latest_by_key(records) == WRITTEN["accounts"]
+    mark(f"CompactionJob {name}: spark-compact in our image's pod, result installed ({len(records)} records left)")
 
 
-def test_09_invalid_specs_are_rejected_or_reported(kubectl: Kubectl, operator: Operator) -> None:
-    bad_schema = LOGVOLUME.replace("name: orders", "name: bad-schema").replace("partitions: 2", "partitions: 0")
+def test_09_killed_sidecar_container_is_restarted_with_nothing_lost(kubectl: Kubectl, node: RealNode) -> None:
+    api = through_service(kubectl)
+    WRITTEN["events"] = [f"e{i}-{secrets.token_hex(4)}" for i in range(50)]
+    api.produce("events", 0, [{"key": f"e{i}", "value": v} for i, v in enumerate(WRITTEN["events"])])
+    before = sidecar_ready(kubectl)
+    assert before is not None
+    info = json.loads(node.crictl("inspect", before["containerID"].split("://", 1)[1]).stdout)["info"]
+    os.kill(int(info["pid"]), signal.SIGKILL)  # the container's init (tini) and with it the sidecar
+    after = wait_for(lambda: sidecar_ready(kubectl, min_restarts=before.get("restartCount", 0) + 1), 300,
+                     "kubelet to restart the sidecar container and /readyz to pass again", every_s=2)
+    assert after["containerID"] != before["containerID"]
+    api = through_service(kubectl)
+    assert api.values("events", 0) == WRITTEN["events"], "records lost across the container restart"
+    assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
+    mark(f"sidecar container SIGKILLed, restarted by kubelet (restartCount {after['restartCount']}), nothing lost")
+
+
+def test_10_deleted_pod_comes_back_with_its_data(kubectl: Kubectl) -> None:
+    uid = pod(kubectl)["metadata"]["uid"]
+    kubectl("delete", "pod", POD, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    wait_for(lambda: pod(kubectl)["metadata"]["uid"] != uid and sidecar_ready(kubectl), 300,
+             "the StatefulSet's new pod Ready", every_s=2)
+    api = through_service(kubectl)
+    assert api.values("events", 0) == WRITTEN["events"], "records lost across the pod's deletion"
+    assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
+    print(kubectl("get", "pods", "-A", "-o", "wide").stdout)
+    mark("pod deleted: the StatefulSet's new pod (new sandbox) has every record")
+
+
+def test_11_invalid_specs_are_rejected_or_reported(kubectl: Kubectl) -> None:
+    bad_schema = LOGVOLUME.replace(f"name: {LV}", "name: bad-schema").replace("partitions: 2", "partitions: 0")
     out = kubectl("apply", "-f", "-", stdin=bad_schema, check=False)
     assert out.returncode != 0 and "spec.topics[1].partitions" in out.stderr, out.stderr
-    bad_both = LOGVOLUME.replace("name: orders", "name: bad-both").replace(
+    bad_both = LOGVOLUME.replace(f"name: {LV}", "name: bad-both").replace(
         "  cleanerPolicyRef: {name: fast}", "  cleanerPolicyRef: {name: fast}\n  cleaner: {log.cleaner.threads: 2}")
     out = kubectl("apply", "-f", "-", stdin=bad_both, check=False)
     assert out.returncode != 0 and "not both" in out.stderr, out.stderr
     # Past the schema: a broker key whose bound only the settings know -> Ready=False naming it.
-    bad_operator = LOGVOLUME.replace("name: orders", "name: bad-node").replace(
+    bad_node = LOGVOLUME.replace(f"name: {LV}", "name: bad-node").replace(
         "    log.initial.task.delay.ms: 0", "    log.initial.task.delay.ms: 0\n    log.roll.hours: 0")
-    kubectl("apply", "-f", "-", stdin=bad_operator)
+    kubectl("apply", "-f", "-", stdin=bad_node)
     ready = wait_for(lambda: (c := condition(lv_json(kubectl, "bad-node"), "Ready")).get("reason") and c, 60,
                      "Ready=False on bad-node")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec", ready
     assert "spec.node.log.roll.hours" in ready["message"], ready
     events = kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=bad-node").stdout
     assert "InvalidSpec" in events, events
-    assert not exists(kubectl, "statefulset", "bad-node")
-    missing = LOGVOLUME.replace("name: orders", "name: no-policy").replace("{name: fast}", "{name: nowhere}")
+    assert not kubectl.exists("statefulset", "bad-node", NAMESPACE)
+    missing = LOGVOLUME.replace(f"name: {LV}", "name: no-policy").replace("{name: fast}", "{name: nowhere}")
     kubectl("apply", "-f", "-", stdin=missing)
     ready = wait_for(lambda: (c := condition(lv_json(kubectl, "no-policy"), "Ready")).get("reason") and c, 60,
                      "Ready=False on no-policy")
     assert ready["reason"] == "PolicyNotFound" and "nowhere" in ready["message"], ready
     kubectl("delete", "logvolume", "bad-node", "no-policy", "-n", NAMESPACE)
-    mark("invalid specs")
+    mark("invalid specs rejected or reported")
 
 
-def test_10_delete_cleans_up(kubectl: Kubectl, node: Node) -> None:
-    kubectl("delete", "logvolume", "orders", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
-    for kind, name in (("statefulset", "orders"), ("configmap", "orders-config"), ("service", "orders"),
-                       ("secret", "orders-token"), ("pvc", "orders-disk-0"), ("pod", "orders-0")):
-        wait_for(lambda k=kind, n=name: not exists(kubectl, k, n), 90, f"{kind}/{name} deleted with its LogVolume")
-    wait_for(lambda: not json.loads(kubectl("get", "compactionjobs,jobs", "-n", NAMESPACE, "-o", "json").stdout)[
-             "items"],
-             60, "CompactionJobs and Jobs deleted with their LogVolume")
-    assert exists(kubectl, "pvc", "orders-disk-1"), "deleteClaim: false keeps the claim"
-    wait_for(lambda: not node.running, 60, "the sidecar process stopped")
-    mark("deleted")
-    print(f"\ne2e step times (s since start): {TIMINGS}")
+def test_12_deletion_and_helm_uninstall_leave_nothing(kubectl: Kubectl, helm: Helm, node: RealNode) -> None:
+    kubectl("delete", "logvolume", LV, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    for kind, name in (("statefulset", LV), ("configmap", f"{LV}-config"), ("service", LV),
+                       ("secret", f"{LV}-token"), ("networkpolicy", LV), ("pvc", f"{LV}-disk-0"), ("pod", POD)):
+        wait_for(lambda k=kind, n=name: not kubectl.exists(k, n, NAMESPACE), 120,
+                 f"{kind}/{name} deleted with its LogVolume", every_s=2)
+    wait_for(lambda: not kubectl.json("get", "compactionjobs,jobs,pods", "-n", NAMESPACE)["items"], 120,
+             "CompactionJobs, Jobs and their pods deleted with their LogVolume", every_s=2)
+    assert kubectl.exists("pvc", f"{LV}-disk-1", NAMESPACE), "deleteClaim: false keeps the claim"
+    # the rest is the user's: the kept claim, the policy, the PVs this test made (Retain)
+    kubectl("delete", "pvc", f"{LV}-disk-1", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
+    kubectl("delete", "cleanerpolicy", "fast", "-n", NAMESPACE)
+    kubectl("delete", "pv", "e2e-disk-0", "e2e-disk-1", "--wait=true", "--timeout=60s")
+    mark("LogVolume deleted: its children, CompactionJobs, Jobs and pods went")
+
+    helm("uninstall", "logkeeper", "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+    wait_for(lambda: not kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE)["items"], 120, "the operator pod gone",
+             every_s=2)
+    left = kubectl("get", "deploy,rs,sts,job,svc,cm,secret,sa,role,rolebinding,networkpolicy,pvc,lv,cp,cj",
+                   "-A", "-l", "app.kubernetes.io/instance=logkeeper", "-o", "name").stdout.split()
+    left += [x for x in kubectl("get", "clusterrole,clusterrolebinding", "-o", "name").stdout.split()
+             if "logkeeper" in x]
+    left += kubectl("get", "pv", "-o", "name").stdout.split()
+    assert not left, left
+    # what every namespace has: its default ServiceAccount and the root CA's ConfigMap; and, by
+    # design, the watched namespace's token key (the operator may not delete Secrets, and a
+    # reinstalled operator keeps the LogVolumes' tokens with it): the user deletes it
+    every = ["configmap/kube-root-ca.crt", "serviceaccount/default"]
+    kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pvc"
+    objs = kubectl("get", kinds, "-n", NAMESPACE, "-o", "name").stdout.split()
+    assert sorted(objs) == sorted([*every, "secret/logkeeper-operator-key"]), objs
+    kubectl("delete", "secret", "logkeeper-operator-key", "-n", NAMESPACE)
+    for ns in (NAMESPACE, RELEASE_NAMESPACE):
+        objs = kubectl("get", kinds, "-n", ns, "-o", "name").stdout.split()
+        assert sorted(objs) == every, (ns, objs)
+    # and on the node: no container runs, no pod sandbox is up (kubelet's GC removes them later)
+    wait_for(lambda: not node.crictl("ps", "-q").stdout.strip() and
+             not node.crictl("pods", "--state", "ready", "-q").stdout.strip(), 120,
+             "no container or pod sandbox running on the node")
+    node.check_alive()
+    mark("helm uninstall: nothing left in the API or on the node")
