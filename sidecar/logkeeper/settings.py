@@ -79,7 +79,7 @@ class Setting(NamedTuple):
         if self.validator is not None:
             complaint = self.validator(value)
             if complaint:
-                raise InvalidConfigError(f"invalid value {raw!r} for config {self.key}: {complaint}")
+                raise InvalidConfigError(f"invalid value {raw} for config {self.key}: {complaint}")
         return value
 
     def _coerce(self, raw: Any) -> Any:
@@ -103,8 +103,10 @@ class Setting(NamedTuple):
                 items = raw.split(",") if isinstance(raw, str) else list(raw)
                 return [str(x).strip() for x in items if str(x).strip()]
             return str(raw)
-        except (TypeError, ValueError) as e:
-            raise InvalidConfigError(f"invalid value {raw!r} for config {self.key}: {e}") from None
+        except (TypeError, ValueError):
+            # Python's own words ("invalid literal for int() with base 10") are not the user's
+            expected = {bool: "true or false", int: "an integer", float: "a number"}.get(self.type, "a string")
+            raise InvalidConfigError(f"invalid value {raw} for config {self.key}: expected {expected}") from None
 
 
 @dataclass(frozen=True)
