@@ -59,9 +59,9 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     with _importing():
-        from .tools.verify import verify_path
+        from .tools.verify import verify_command
 
-    report = verify_path(Path(args.dir))
+    report = verify_command(Path(args.dir))
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for problem in report.problems:

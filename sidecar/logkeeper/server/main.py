@@ -64,8 +64,6 @@ def run(config_path: str, *, environ: Mapping[str, str] | None = None, out: Text
         config = load_config(config_path, environ)
         for d in config.log_dirs:  # every one before any is written: a wrong path is refused untouched
             check_sidecar_log_dir(Path(d), create=create_log_dirs)
-        for d in config.log_dirs:
-            prepare_sidecar_log_dir(Path(d))
     except (InvalidConfigError, NotALogDirError) as e:
         print(f"logkeeper sidecar: {e}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -73,6 +71,8 @@ def run(config_path: str, *, environ: Mapping[str, str] | None = None, out: Text
     if not token.usable:
         print(f"logkeeper sidecar: {token.error}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    for d in config.log_dirs:  # only once every input is known good: a failed start touches nothing
+        prepare_sidecar_log_dir(Path(d))
     return asyncio.run(serve(config, token, out))
 
 

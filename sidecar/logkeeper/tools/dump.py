@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -155,8 +156,11 @@ def dump_index_file(path: Path, out: TextIO) -> None:
             out.write(f"timestamp: {ts} offset: {base + rel}\n")
 
 
-def dump_file(path: Path, out: TextIO, err: TextIO, *, deep: bool = False, as_json: bool = False) -> int:
-    """Dump one file (its kind checked by the caller); the number of problems found."""
+def dump_file(path: Path, out: TextIO, err: TextIO | None = None, *, deep: bool = False,
+              as_json: bool = False) -> int:
+    """Dump one file (its kind checked by the caller); the number of problems found, each a line
+    on ``err`` (default stderr)."""
+    err = err if err is not None else sys.stderr
     if path.name.endswith(names.LOG_SUFFIX):
         return dump_log_file(path, out, err, deep=deep, as_json=as_json)
     dump_index_file(path, out)

@@ -79,19 +79,29 @@ class VerifyReport:
 
 
 def verify_path(path: Path) -> VerifyReport:
-    """Check a log dir or one partition directory. Raises UsageError (nothing checked) when
-    ``path`` is neither, or holds no partition: "verified" must mean something was."""
+    """Check a log dir (its checkpoints and partitions) or one partition directory."""
     path = Path(path)
-    require_log_or_partition_dir(path, "verify")
     report = VerifyReport()
+    if not path.is_dir():
+        report.problems.append(Problem(str(path), None, "not a directory"))
+        return report
     dirs = partitions_of(path)
-    if not dirs:
-        raise UsageError(f"{path} is a log dir with no partitions: nothing to verify.")
     if dirs != [path]:
         _verify_checkpoints(path, report)
     for d in dirs:
         _verify_partition(d, report)
     return report
+
+
+def verify_command(path: Path) -> VerifyReport:
+    """`logkeeper verify`: as verify_path, but a directory that is neither a log dir nor a
+    partition directory, or a log dir with no partition, is refused (UsageError, exit 2):
+    "verified" must mean that something was."""
+    path = Path(path)
+    require_log_or_partition_dir(path, "verify")
+    if not partitions_of(path):
+        raise UsageError(f"{path} is a log dir with no partitions: nothing to verify.")
+    return verify_path(path)
 
 
 def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
