@@ -15,8 +15,11 @@ them in the sidecar container (kafka_security_volumes; render.kafka_security_key
 config at the files).
 
 A CompactionJob owns one batch/v1 Job per attempt (``<cj>-a<n>``): ``logkeeper spark-compact`` on
-the partition's volume (local Spark in the Job's pod, next to the LogVolume's pod; or Spark on
-Kubernetes with the driver in the Job's pod).
+the partition's volume under tini (local Spark in the Job's pod, next to the LogVolume's pod; or
+Spark on Kubernetes with the driver in the Job's pod), its /tmp sized from the backlog
+(scratch_bytes). A deleted unfinished CompactionJob leaves one ``<cj>-cancel`` Job, owned by the
+LogVolume (cancel_job): it writes the sidecar's failure.json into the hand-off's staging
+directory, so that the sidecar drops the hand-off, removes the directory and cleans again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from logkeeper.server.config import env_name, parse_listen_address
 
+from .jobspec import CompactionJobSpec
 from .names import (
     ANNOTATION_RESTART_HASH,
     API_VERSION,
@@ -35,6 +39,7 @@ from .names import (
     CONFIG_DIR,
     CONFIG_FILE,
     DATA_ROOT,
+    FINALIZER,
     KAFKA_TLS_DIR,
     KAFKA_USERS_DIR,
     LABEL_CLIENT,
@@ -44,21 +49,22 @@ from .names import (
     POD_IP_VAR,
     SIDECAR_CONTAINER,
     SPARK_CONTAINER,
+    TINI,
     TOKEN_DIR,
     TOKEN_KEY,
     batch_job_name,
+    cancel_job_name,
     claim_name,
     configmap_name,
     labels,
     network_policy_name,
-    pod_name,
     secret_name,
     selector,
     service_name,
     statefulset_name,
     volume_name,
 )
-from .spec import POD_IP_KEYS, CompactionJobSpec, LogVolumeSpec, SparkSpec, VolumeSpec
+from .spec import POD_IP_KEYS, SCRATCH_MIN_BYTES, LogVolumeSpec, SparkSpec, VolumeSpec
 
 RUN_AS = 10001
 SHUTDOWN_GRACE_EXTRA_S = 5
@@ -306,12 +312,36 @@ def statefulset(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec, restar
 def compaction_job_manifest(name: str, namespace: str, lv: str, uid: str, cj: CompactionJobSpec,
                             spark: SparkSpec, claim: str) -> Obj:
     """The CompactionJob resource a sidecar's hand-off becomes (owned by its LogVolume)."""
-    return {"apiVersion": API_VERSION, "kind": COMPACTIONJOB,
-            "metadata": {**_meta(name, namespace, lv, "compaction", owner_reference(LOGVOLUME, lv, uid))},
+    meta = _meta(name, namespace, lv, "compaction", owner_reference(LOGVOLUME, lv, uid))
+    meta["finalizers"] = [FINALIZER]  # from its creation: a deletion before the first tick still cancels
+    return {"apiVersion": API_VERSION, "kind": COMPACTIONJOB, "metadata": meta,
             "spec": {"logVolume": cj.log_volume, "topic": cj.topic, "partition": cj.partition,
                      "volumeId": cj.volume_id, "logDir": cj.log_dir, "claimName": claim,
                      "handOff": cj.hand_off, "args": list(cj.args), "staging": cj.staging,
-                     "mode": spark.mode, "timeoutSeconds": cj.timeout_seconds, "maxAttempts": cj.max_attempts}}
+                     "mode": spark.mode, "timeoutSeconds": cj.timeout_seconds, "maxAttempts": cj.max_attempts,
+                     "backlogBytes": cj.backlog_bytes}}
+
+
+MI = 1 << 20
+
+
+def scratch_bytes(backlog_bytes: int, spark: SparkSpec) -> int:
+    """The Job's /tmp (Spark's local dirs) for a backlog: factor x its bytes, at least
+    SCRATCH_MIN_BYTES, rounded up to a MiB (spec.SCRATCH_FACTOR says how it was measured)."""
+    want = max(SCRATCH_MIN_BYTES, int(backlog_bytes * spark.scratch.factor))
+    return -(-want // MI) * MI
+
+
+def scratch_volume(backlog_bytes: int, spark: SparkSpec) -> Obj:
+    """The Job's /tmp volume: spec.spark.scratch.size or scratch_bytes; an emptyDir (evicted past
+    its sizeLimit), or with a storage class a generic ephemeral volume (a claim of that size made
+    with the pod and deleted with it)."""
+    size = spark.scratch.size or f"{scratch_bytes(backlog_bytes, spark) // MI}Mi"
+    if spark.scratch.storage_class:
+        claim: Obj = {"accessModes": ["ReadWriteOnce"], "storageClassName": spark.scratch.storage_class,
+                      "resources": {"requests": {"storage": size}}}
+        return {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}
+    return {"name": "tmp", "emptyDir": {"sizeLimit": size}}
 
 
 def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: CompactionJobSpec, spark: SparkSpec,
@@ -329,7 +359,7 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         "name": SPARK_CONTAINER,
         "image": spark.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["logkeeper", *cj.args],
+        "command": [TINI, "--", "logkeeper", *cj.args],
         "env": env,
         "volumeMounts": [{"name": "data", "mountPath": f"{DATA_ROOT}/{cj.volume_id}"},
                          {"name": "tmp", "mountPath": "/tmp"}],
@@ -342,12 +372,10 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}],
+                    scratch_volume(cj.backlog_bytes, spark)],
     }
     if spark.mode == "local":
-        # The claim is usually ReadWriteOnce: run on the node of the LogVolume's pod.
-        pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": selector(cj.log_volume)}, "topologyKey": "kubernetes.io/hostname"}]}}
+        pod["affinity"] = _next_to_sidecar(cj.log_volume)
         pod["automountServiceAccountToken"] = False
     elif spark.service_account:
         pod["serviceAccountName"] = spark.service_account
@@ -362,5 +390,39 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
     }
 
 
-def sidecar_pod_name(lv: str) -> str:
-    return pod_name(lv)
+def _next_to_sidecar(lv: str) -> Obj:
+    """The claim is usually ReadWriteOnce: run on the node of the LogVolume's pod."""
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": selector(lv)}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+CANCEL_TTL_S = 600  # the cancel Job stays this long after it ends: while it exists, no new CompactionJob
+CANCEL_DEADLINE_S = 300
+
+
+def cancel_job(cj_name: str, namespace: str, lv: str, lv_uid: str, staging: str, volume_id: str, claim: str,
+               image: str, reason: str) -> Obj:
+    """The Job that ends a deleted CompactionJob's hand-off: ``python -m logkeeper_operator.cancel``
+    writes failure.json (``reason``) into the staging directory, where the sidecar waits for the
+    job's result (it then removes the directory and resumes cleaning). Owned by the LogVolume
+    (the CompactionJob is going away); while it exists the operator makes no new CompactionJob of
+    the same hand-off (jobs.ensure_compaction_job)."""
+    container: Obj = {
+        "name": "cancel", "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": [TINI, "--", "python", "-m", "logkeeper_operator.cancel", staging, reason],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "volumeMounts": [{"name": "data", "mountPath": f"{DATA_ROOT}/{volume_id}"}],
+        "securityContext": container_security_context(),
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+    }
+    pod: Obj = {"restartPolicy": "Never", "securityContext": pod_security_context(), "containers": [container],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+                "affinity": _next_to_sidecar(lv), "automountServiceAccountToken": False}
+    job_labels = {**labels(lv, "compaction-cancel"), LABEL_COMPACTIONJOB: cj_name}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": cancel_job_name(cj_name), "namespace": namespace, "labels": job_labels,
+                     "ownerReferences": [owner_reference(LOGVOLUME, lv, lv_uid)]},
+        "spec": {"backoffLimit": 2, "activeDeadlineSeconds": CANCEL_DEADLINE_S, "ttlSecondsAfterFinished": CANCEL_TTL_S,
+                 "template": {"metadata": {"labels": job_labels}, "spec": pod}},
+    }

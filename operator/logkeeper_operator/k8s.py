@@ -6,7 +6,9 @@
 - ``create_if_absent(obj)``: for what must be made once and never overwritten (the namespace's
   token key); ``create(obj)``: the same without reading it first (the token Secrets, which the
   operator's RBAC lets it create but not read).
-- ``get``, ``list``, ``delete``, ``patch_status`` (merge patch of the status subresource).
+- ``get``, ``list``, ``delete``, ``patch_status`` (merge patch of the status subresource),
+  ``patch_metadata`` (finalizers, guarded by a resourceVersion), ``replace`` (PUT: the leader's
+  Lease, where the resourceVersion makes two candidates' writes exclusive).
 
 Errors: ApiError carries the HTTP status and the API server's message; ``is_transient`` tells
 the handlers whether to retry (kopf.TemporaryError) or to report a bad spec (a 422 from the API
@@ -32,7 +34,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "Secret": ("secrets", True), "ConfigMap": ("configmaps", True), "Service": ("services", True),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True), "Pod": ("pods", True),
     "StatefulSet": ("statefulsets", True), "Job": ("jobs", True), "Event": ("events", True),
-    "NetworkPolicy": ("networkpolicies", True),
+    "NetworkPolicy": ("networkpolicies", True), "Lease": ("leases", True),
     **{kind: (plural, True) for kind, plural in PLURALS.items()},
 }
 
@@ -144,9 +146,11 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None) -> list[Obj]:
-        query = {"labelSelector": label_selector} if label_selector else None
-        doc = self._call("GET", resource_path(api_version, kind, namespace), query) or {}
+    def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[Obj]:
+        """Objects of a namespace (None: of every namespace)."""
+        query = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
+        doc = self._call("GET", resource_path(api_version, kind, namespace), query or None) or {}
         items: list[Obj] = doc.get("items") or []
         return items
 
@@ -159,6 +163,11 @@ class Kube:
             if e.status == 404:
                 return False
             raise
+
+    def replace(self, obj: Mapping[str, Any]) -> Obj:
+        meta = obj["metadata"]
+        return self._call("PUT", resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]),
+                          None, obj) or {}
 
     def patch_metadata(self, api_version: str, kind: str, namespace: str | None, name: str,
                        patch: Mapping[str, Any]) -> Obj:

@@ -13,9 +13,27 @@ LOGVOLUME = "LogVolume"
 CLEANERPOLICY = "CleanerPolicy"
 COMPACTIONJOB = "CompactionJob"
 PLURALS = {LOGVOLUME: "logvolumes", CLEANERPOLICY: "cleanerpolicies", COMPACTIONJOB: "compactionjobs"}
-SHORT_NAMES = {LOGVOLUME: ["lv", "lvol"], CLEANERPOLICY: ["cp", "cpol"], COMPACTIONJOB: ["cj", "cjob"]}
+# kubectl resolves a short name to the first resource group that claims it, built-in groups first:
+# ours carry an "lk" prefix so that none shadows, or is shadowed by, a built-in one ("cj" is
+# CronJob's; tests/unit/test_operator_generated.py checks them against Kubernetes' list).
+SHORT_NAMES = {LOGVOLUME: ["lkv"], CLEANERPOLICY: ["lkcp"], COMPACTIONJOB: ["lkcj"]}
 
 FIELD_MANAGER = "logkeeper-operator"
+COMPONENT = "logkeeper-operator"  # events' reporting component
+
+# The one finalizer the operator sets, on unfinished CompactionJobs only: deleting one must stop
+# its Spark Job and tell the sidecar to drop the hand-off (else the partition's cleaning stays
+# paused until log.cleaner.offload.timeout.ms, hours). Removed when the job ends, and by any
+# operator replica that sees the job deleted (jobs.finalize), also after a restart.
+FINALIZER = "logkeeper.io/compaction-cleanup"
+# kopf's finalizer, which kopf added for its timers until this version (those timers are gone):
+# stripped from our objects so that nothing waits for the operator (jobs.py, periodic.py).
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+# The leader's Lease (coordination.k8s.io/v1) in the operator's namespace (leader.py).
+LEASE_NAME = "logkeeper-operator-leader"
+# Init of the image (Dockerfile ENTRYPOINT): reaps Spark's and Python's child processes and
+# forwards SIGTERM, so a Job whose command is set must name it again.
+TINI = "/usr/bin/tini"
 
 # Labels on every child object (selectors use the first two).
 LABEL_NAME = "app.kubernetes.io/name"
@@ -115,6 +133,11 @@ def compaction_job_name(lv: str, topic: str, partition: int, hand_off: str) -> s
 
 def batch_job_name(cj: str, attempt: int) -> str:
     return dns_label(f"{cj}-a{attempt}", 63)
+
+
+def cancel_job_name(cj: str) -> str:
+    """The Job that tells the sidecar a deleted CompactionJob's hand-off is off (jobs.py)."""
+    return dns_label(f"{cj}-cancel", 63)
 
 
 def labels(lv: str, component: str) -> dict[str, str]:

@@ -1,5 +1,11 @@
-"""What the handlers do, apart from kopf: each function takes the Kubernetes client and the
-resource's body, and is safe to repeat (server-side apply; create-if-absent; deterministic names).
+"""What the handlers and the periodic loops do to LogVolumes, apart from kopf: each function takes
+the Kubernetes client and the resource's body, and is safe to repeat (server-side apply;
+create-if-absent; deterministic names). CompactionJobs: jobs.py.
+
+Drift: ``apply_logvolume`` reads each child before applying it and reports the children it had to
+make again (missing) or change back (the apply changed their resourceVersion: server-side apply
+writes nothing when the object already holds what the operator owns); periodic.py runs it every
+reconcile.interval.seconds and raises one event per repair.
 
 Errors it raises, and what the handlers make of them:
 - SpecError          the user's input: Ready=False (InvalidSpec), kopf.PermanentError
@@ -13,39 +19,31 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from . import builders, tokens
-from .compaction import FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, HandOff, JobState, Step, next_step
 from .k8s import Kube
 from .names import (
     API_VERSION,
     CLEANERPOLICY,
-    COMPACTIONJOB,
     KEY_SECRET,
-    LABEL_LOGVOLUME,
     LOGVOLUME,
-    batch_job_name,
-    compaction_job_name,
     pod_name,
 )
 from .render import render_config, restart_hash, topic_actions
 from .sidecar_client import SidecarClient, SidecarError
 from .spec import (
-    CompactionJobSpec,
     LogVolumeSpec,
     SpecError,
     VolumeSpec,
     check_topic_changes,
     parse_cleaner,
-    parse_compactionjob,
     parse_logvolume,
 )
-from .status import Event, PodState, build_status, invalid_status
+from .status import Event, PodState, build_status, condition, invalid_status, merge_conditions
+from .times import now_iso
 
 log = logging.getLogger(__name__)
 BLOCKING_REASONS = frozenset({"InvalidSpec", "ApplyRejected", "PolicyNotFound"})
@@ -57,10 +55,6 @@ class PolicyMissing(Exception):
 
 def default_image() -> str:
     return os.environ.get("LOGKEEPER_IMAGE") or "logkeeper:0.1.0"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse(body: Mapping[str, Any]) -> LogVolumeSpec:
@@ -81,8 +75,26 @@ def resolve_cleaner(kube: Kube, namespace: str, spec: LogVolumeSpec) -> dict[str
         raise SpecError(e.field, e.message) from None
 
 
-def apply_logvolume(kube: Kube, body: Mapping[str, Any], old_spec: Mapping[str, Any] | None = None) -> LogVolumeSpec:
-    """Parse, render, and create-or-patch every child object of a LogVolume."""
+@dataclass(frozen=True)
+class Repair:
+    kind: str
+    name: str
+    what: str  # "created" (it was missing) | "restored" (it had been changed)
+
+
+def _apply(kube: Kube, obj: Mapping[str, Any], repairs: list[Repair]) -> None:
+    meta = obj["metadata"]
+    before = kube.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+    after = kube.apply(obj)
+    if before is None:
+        repairs.append(Repair(obj["kind"], meta["name"], "created"))
+    elif (before.get("metadata") or {}).get("resourceVersion") != (after.get("metadata") or {}).get("resourceVersion"):
+        repairs.append(Repair(obj["kind"], meta["name"], "restored"))
+
+
+def apply_logvolume(kube: Kube, body: Mapping[str, Any], old_spec: Mapping[str, Any] | None = None) -> list[Repair]:
+    """Parse, render, and create-or-patch every child object of a LogVolume; what had to be made
+    or changed (after a spec change that is the change itself; on a periodic pass, drift)."""
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     spec = parse(body)
@@ -95,15 +107,21 @@ def apply_logvolume(kube: Kube, body: Mapping[str, Any], old_spec: Mapping[str, 
     cleaner = resolve_cleaner(kube, namespace, spec)
     text = render_config(spec, cleaner)
     owner = builders.owner_reference(LOGVOLUME, name, uid)
+    repairs: list[Repair] = []
     # create only: an existing token Secret is kept as it is (the operator may not read it)
-    kube.create(builders.secret(name, namespace, owner, token_of(kube, namespace, name)))
-    kube.apply(builders.configmap(name, namespace, owner, text))
-    kube.apply(builders.service(name, namespace, owner, spec))
-    kube.apply(builders.network_policy(name, namespace, owner, spec, operator_namespace()))
+    token = builders.secret(name, namespace, owner, token_of(kube, namespace, name))
+    if kube.create(token):
+        repairs.append(Repair("Secret", token["metadata"]["name"], "created"))
+    _apply(kube, builders.configmap(name, namespace, owner, text), repairs)
+    _apply(kube, builders.service(name, namespace, owner, spec), repairs)
+    _apply(kube, builders.network_policy(name, namespace, owner, spec, operator_namespace()), repairs)
     for claim in builders.pvcs(name, namespace, owner, spec):
-        kube.apply(claim)
-    kube.apply(builders.statefulset(name, namespace, owner, spec, restart_hash(spec, cleaner)))
-    return spec
+        # a claim's spec is immutable once bound: made again when missing, never changed back
+        if kube.get("v1", "PersistentVolumeClaim", namespace, claim["metadata"]["name"]) is None:
+            kube.apply(claim)
+            repairs.append(Repair("PersistentVolumeClaim", claim["metadata"]["name"], "created"))
+    _apply(kube, builders.statefulset(name, namespace, owner, spec, restart_hash(spec, cleaner)), repairs)
+    return repairs
 
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -184,17 +202,23 @@ def sync_topics(client: SidecarClient, spec: LogVolumeSpec) -> list[str]:
 class PollResult:
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
-    compaction_jobs: list[str] = field(default_factory=list)
+    spec: LogVolumeSpec | None = None
+    sidecar: dict[str, Any] | None = None  # its /v1/status document, when it answered
+
+
+def is_blocked(body: Mapping[str, Any]) -> bool:
+    """Ready=False for a spec the operator refused: left as the handler wrote it until the spec changes."""
+    ready = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    return ready is not None and ready.get("reason") in BLOCKING_REASONS
 
 
 def poll_logvolume(kube: Kube, body: Mapping[str, Any]) -> PollResult | None:
-    """One status tick: the pod, the sidecar's /v1/status, live topic changes, CompactionJobs for
-    backlogs. None when the spec is refused (its Ready=False stays as the handler wrote it)."""
+    """One status tick: the pod, the sidecar's /v1/status, live topic changes (the hand-offs it
+    reports: jobs.submit_hand_offs). None when the spec is refused."""
     meta = body["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    name, namespace = meta["name"], meta["namespace"]
     st = body.get("status") or {}
-    ready = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), None)
-    if ready is not None and ready.get("reason") in BLOCKING_REASONS:
+    if is_blocked(body):
         return None
     try:
         spec = parse(body)
@@ -212,17 +236,9 @@ def poll_logvolume(kube: Kube, body: Mapping[str, Any]) -> PollResult | None:
                     events.append(Event("Normal", "TopicChanged", f"applied live: {change}"))
         except SidecarError as e:
             error = str(e)
-    status, cond_events = build_status(doc, pod, meta.get("generation"), st.get("conditions"), now_iso(), error)
-    result = PollResult(status, cond_events + events)
-    if doc is not None and spec.spark.auto_submit:
-        for part in doc.get("partitions") or []:
-            hand_off = part.get("offload") if isinstance(part, Mapping) else None
-            if not isinstance(hand_off, Mapping) or hand_off.get("state") != WAITING:
-                continue
-            cj = ensure_compaction_job(kube, name, namespace, uid, spec, doc.get("log_dirs") or [], part, hand_off)
-            if cj:
-                result.compaction_jobs.append(cj)
-    return result
+    status, cond_events = build_status(doc, pod, meta.get("generation"), st.get("conditions"), now_iso(), error,
+                                       st.get("lastSeenTime"))
+    return PollResult(status, cond_events + events, spec, doc)
 
 
 def volume_of(spec: LogVolumeSpec, log_dirs: list[Any], directory: str) -> VolumeSpec | None:
@@ -236,130 +252,13 @@ def volume_of(spec: LogVolumeSpec, log_dirs: list[Any], directory: str) -> Volum
     return spec.volumes[paths.index(directory)]
 
 
-def ensure_compaction_job(kube: Kube, lv: str, namespace: str, uid: str, spec: LogVolumeSpec, log_dirs: list[Any],
-                          part: Mapping[str, Any], hand_off: Mapping[str, Any]) -> str | None:
-    """The CompactionJob of a hand-off the sidecar waits on, made once (named after its attempt)."""
-    topic, p = str(part.get("topic")), part.get("partition")
-    directory = str(part.get("log_dir") or "").rstrip("/")
-    volume = volume_of(spec, log_dirs, directory)
-    attempt, args, staging = hand_off.get("attempt"), hand_off.get("job_args"), hand_off.get("staging")
-    if volume is None or not isinstance(p, int) or not attempt or not args or not staging:
-        log.warning("%s: hand-off of %s-%s not understood (directory %s, entry %s)", lv, topic, p, directory, hand_off)
-        return None
-    name = compaction_job_name(lv, topic, p, str(attempt))
-    if kube.get(API_VERSION, COMPACTIONJOB, namespace, name) is not None:
-        return name
-    if not may_submit(kube.list(API_VERSION, COMPACTIONJOB, namespace, f"{LABEL_LOGVOLUME}={lv}"), topic, p,
-                      spec.spark.cooldown_seconds, time.time()):
-        return None
-    cj = CompactionJobSpec(lv, topic, p, volume.id, directory, str(attempt), tuple(str(a) for a in args),
-                           str(staging), spec.spark.timeout_seconds, spec.spark.max_attempts)
-    _, created = kube.create_if_absent(builders.compaction_job_manifest(
-        name, namespace, lv, uid, cj, spec.spark, builders.claim_for(lv, volume)))
-    if created:
-        log.info("hand-off %s of %s-%s: CompactionJob %s", attempt, topic, p, name)
-    return name
-
-
-def may_submit(jobs: list[dict[str, Any]], topic: str, partition: int, cooldown_s: int, now_s: float) -> bool:
-    """At most one CompactionJob of a partition at a time, and none within cooldown_s of the end of
-    the last one (a backlog the last job did not clear waits, instead of spawning jobs in a loop)."""
-    for j in jobs:
-        s, st = j.get("spec") or {}, j.get("status") or {}
-        if s.get("topic") != topic or s.get("partition") != partition:
-            continue
-        if st.get("phase") not in (SUCCEEDED, FAILED):
-            return False
-        done = st.get("completionTime")
-        if done:
-            ended = datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-            if now_s - ended < cooldown_s:
-                return False
-    return True
-
-
-def hand_off_of(client: SidecarClient | None, cj: CompactionJobSpec) -> HandOff:
-    """The sidecar's word on ``cj``'s hand-off (unknown when it cannot be asked)."""
-    if client is None:
-        return HandOff(False)
-    try:
-        doc = client.status()
-    except SidecarError:
-        return HandOff(False)
-    if not doc.get("ready"):
-        return HandOff(False)
-    entry = next((p.get("offload") for p in doc.get("partitions") or []
-                  if isinstance(p, Mapping) and p.get("topic") == cj.topic and p.get("partition") == cj.partition),
-                 None)
-    return HandOff.of(entry if isinstance(entry, Mapping) else None, cj.hand_off, True)
-
-
 def policy_users(kube: Kube, namespace: str, policy: str) -> list[dict[str, Any]]:
     return [lv for lv in kube.list(API_VERSION, LOGVOLUME, namespace)
             if ((lv.get("spec") or {}).get("cleanerPolicyRef") or {}).get("name") == policy]
 
 
-# ---------------------------------------------------------------------------------------- compaction
-@dataclass
-class CompactionTick:
-    step: Step
-    status: dict[str, Any]
-    events: list[Event] = field(default_factory=list)
-
-
-def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = None) -> CompactionTick:
-    """One step of a CompactionJob's state machine (compaction.py), carried out."""
-    now_s = time.time() if now_s is None else now_s
-    meta = body["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    st = dict(body.get("status") or {})
-    if (st.get("phase") or PENDING) in (SUCCEEDED, FAILED):
-        return CompactionTick(Step("done", f"the job is {st.get('phase')}"), {}, [])
-    cj = parse_compactionjob(body.get("spec") or {})
-    out: dict[str, Any] = {"observedGeneration": meta.get("generation")}
-    lv_body = kube.get(API_VERSION, LOGVOLUME, namespace, cj.log_volume)
-    if lv_body is None:
-        out.update(phase=FAILED, message=f"LogVolume {cj.log_volume} does not exist", completionTime=now_iso())
-        return CompactionTick(Step("fail", out["message"]), out, [Event("Warning", "LogVolumeMissing", out["message"])])
-    spec = parse(lv_body)
-    volume = next((v for v in spec.volumes if v.id == cj.volume_id), None)
-    if volume is None:
-        raise SpecError("spec.volumeId", f"LogVolume {cj.log_volume} has no volume {cj.volume_id!r}")
-    attempts = int(st.get("attempts") or 0)
-    job = kube.get("batch/v1", "Job", namespace, batch_job_name(name, attempts)) if attempts else None
-    pod = pod_state(kube.get("v1", "Pod", namespace, pod_name(cj.log_volume)))
-    sidecar = hand_off_of(sidecar_for(kube, namespace, cj.log_volume, spec, pod), cj)
-    step = next_step(st, JobState.of(job), sidecar, now_s, cj.timeout_seconds, cj.max_attempts)
-    events: list[Event] = []
-    if step.kind == "submit":
-        job_body = builders.batch_job(name, namespace, uid, step.attempt, cj, spec.spark,
-                                      builders.claim_for(cj.log_volume, volume))
-        _, created = kube.create_if_absent(job_body)
-        out.update(phase=RUNNING, attempts=step.attempt, submissionId=job_body["metadata"]["name"],
-                   jobName=job_body["metadata"]["name"], staging=cj.staging, message=step.message)
-        if created or st.get("attempts") != step.attempt:
-            out["attemptStartedAt"] = now_s
-        if not st.get("startTime"):
-            out["startTime"] = now_iso()
-        if created:
-            events.append(Event("Normal", "Submitted", f"Job {job_body['metadata']['name']}: {step.message}"))
-    elif step.kind == "succeed":
-        out.update(phase=SUCCEEDED, message=step.message, completionTime=now_iso())
-        events.append(Event("Normal", "Succeeded", step.message))
-    elif step.kind == "retry":
-        out.update(phase=PENDING, message=step.message)
-        events.append(Event("Warning", "AttemptFailed", step.message))
-    elif step.kind == "fail":
-        out.update(phase=FAILED, message=step.message, completionTime=now_iso())
-        events.append(Event("Warning", "Failed", step.message))
-    elif st.get("message") != step.message:
-        out["message"] = step.message
-    return CompactionTick(step, out, events)
-
-
 def invalid_status_ok(body: Mapping[str, Any], users: int) -> tuple[dict[str, Any], list[Event]]:
     """A CleanerPolicy's status: how many LogVolumes use it, Ready=True."""
-    from .status import condition, merge_conditions
 
     st = body.get("status") or {}
     conditions, events = merge_conditions(st.get("conditions"), [condition(

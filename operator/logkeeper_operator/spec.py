@@ -111,6 +111,29 @@ class SidecarSpec:
     kafka_security: KafkaSecuritySpec = field(default_factory=KafkaSecuritySpec)
 
 
+# Spark's scratch space (the Job's /tmp: SPARK_LOCAL_DIRS' shuffle and spill files) per byte of the
+# partition handed off. Measured: `logkeeper spark-compact --master local[2]` on bench_spark.py's
+# backlogs (300k and 1M distinct 8-byte keys in 1.5x as many records of 100-byte values: 53 MB and
+# 177 MB of .log), sampling `du` of SPARK_LOCAL_DIRS every 0.2 s: peaks of 1.7 MB (0.03x) and 20 MB
+# (0.11x; docs/operator.md "Spark scratch"). The job shuffles keys and offsets, not records (about
+# 14 bytes a record), so the share grows as records shrink: 0.5 covers records down to ~30 bytes;
+# the staged output (0.7-0.8x) goes to the volume, not here. SCRATCH_MIN_BYTES covers the JVM's
+# and Python's own files. Override: spec.spark.scratch (size, factor, or a storage class).
+SCRATCH_FACTOR = 0.5
+SCRATCH_MIN_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class ScratchSpec:
+    """spec.spark.scratch: the Job's /tmp. size: fixed (else factor x the partition's bytes, at least
+    SCRATCH_MIN_BYTES); storageClassName: a generic ephemeral volume (a PVC made and deleted with
+    the pod) instead of an emptyDir on the node's disk."""
+
+    size: str | None = None
+    factor: float = SCRATCH_FACTOR
+    storage_class: str | None = None
+
+
 @dataclass(frozen=True)
 class SparkSpec:
     auto_submit: bool
@@ -123,6 +146,7 @@ class SparkSpec:
     timeout_seconds: int
     max_attempts: int
     cooldown_seconds: int
+    scratch: ScratchSpec = field(default_factory=ScratchSpec)
 
 
 @dataclass(frozen=True)
@@ -353,7 +377,19 @@ def _spark(raw: Any, sidecar_image: str) -> SparkSpec:
         timeout_seconds=_int(s.get("timeoutSeconds"), f"{where}.timeoutSeconds", 3600, 60, 7 * 86400),
         max_attempts=_int(s.get("maxAttempts"), f"{where}.maxAttempts", 3, 1, 10),
         cooldown_seconds=_int(s.get("cooldownSeconds"), f"{where}.cooldownSeconds", 900, 0, 7 * 86400),
+        scratch=_scratch(s.get("scratch"), f"{where}.scratch"),
     )
+
+
+def _scratch(raw: Any, where: str) -> ScratchSpec:
+    s = _mapping(raw, where)
+    size = _str(s.get("size"), f"{where}.size")
+    if size is not None and not _QUANTITY.match(size):
+        raise SpecError(f"{where}.size", f"must be a quantity like 20Gi, got {size!r}")
+    factor = s.get("factor", SCRATCH_FACTOR)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.1 <= factor <= 100:
+        raise SpecError(f"{where}.factor", f"must be a number from 0.1 to 100, got {factor!r}")
+    return ScratchSpec(size, float(factor), _str(s.get("storageClassName"), f"{where}.storageClassName"))
 
 
 def _containers(raw: Any) -> tuple[dict[str, Any], ...]:
@@ -417,46 +453,3 @@ def check_topic_changes(old: LogVolumeSpec | None, new: LogVolumeSpec) -> None:
         if t.name in before and t.partitions < before[t.name]:
             raise SpecError(f"spec.topics[{i}].partitions",
                             f"cannot shrink topic {t.name!r} from {before[t.name]} to {t.partitions} partitions")
-
-
-@dataclass(frozen=True)
-class CompactionJobSpec:
-    """One hand-off of a backlog from the sidecar to Spark (the sidecar fixed the round: its
-    attempt id, the job's arguments and its staging directory come from its /v1/status)."""
-
-    log_volume: str
-    topic: str
-    partition: int
-    volume_id: str
-    log_dir: str
-    hand_off: str
-    args: tuple[str, ...]
-    staging: str
-    timeout_seconds: int
-    max_attempts: int
-
-
-def parse_compactionjob(spec: Mapping[str, Any]) -> CompactionJobSpec:
-    spec = _mapping(spec, "spec")
-    lv = _str(spec.get("logVolume"), "spec.logVolume", required=True) or ""
-    topic = _str(spec.get("topic"), "spec.topic", required=True) or ""
-    try:
-        log_names.validate_topic(topic)
-    except ValueError as e:
-        raise SpecError("spec.topic", str(e)) from None
-    args = _list(spec.get("args"), "spec.args")
-    if not args or not all(isinstance(a, str) for a in args) or args[0] != "spark-compact":
-        raise SpecError("spec.args", "must be the sidecar's `logkeeper spark-compact ...` arguments (strings, "
-                                     "starting with spark-compact); the operator copies them from the hand-off")
-    return CompactionJobSpec(
-        log_volume=lv,
-        topic=topic,
-        partition=_int(_required(spec, "partition"), "spec.partition", 0, 0, MAX_PARTITIONS_PER_TOPIC - 1),
-        volume_id=_str(spec.get("volumeId"), "spec.volumeId", required=True) or "",
-        log_dir=_str(spec.get("logDir"), "spec.logDir", required=True) or "",
-        hand_off=_str(spec.get("handOff"), "spec.handOff", required=True) or "",
-        args=tuple(args),
-        staging=_str(spec.get("staging"), "spec.staging", required=True) or "",
-        timeout_seconds=_int(spec.get("timeoutSeconds"), "spec.timeoutSeconds", 3600, 60, 7 * 86400),
-        max_attempts=_int(spec.get("maxAttempts"), "spec.maxAttempts", 3, 1, 10),
-    )

@@ -8,8 +8,10 @@ passed in.
       summary:               {partitions, compacted, cleaning, maxDirtyRatio, backlogs, offlineDirs,
                               offlinePartitions, uncleanable, sizeBytes}  (the printer columns read these)
       cleaningState:         "idle" | "cleaning N/M" | "unknown"
+      lastSeenTime:          when the sidecar last answered /v1/status (RFC 3339); while it does not,
+                             Ready is Unknown (SidecarUnreachable) and the rest is the last seen
       partitions:            [{partition: "topic-0", logDir, sizeBytes, logStartOffset, logEndOffset,
-                               dirtyRatio, cleaningState, lastCleanedMs, uncleanable, backlog}]
+                               dirtyRatio, cleaningState, lastCleanedTime, uncleanable, backlog}]
                              (the first MAX_PARTITIONS_LISTED; partitionsTruncated says when more)
       offlineDirs:           [{path, error}]
       offlinePartitions:     [{partition, logDir, error}]  (the first MAX_PARTITIONS_LISTED)
@@ -18,7 +20,9 @@ passed in.
                                recopiedBytes}]
 
 Conditions keep their lastTransitionTime while their status stays the same; each change of a
-condition's status or reason is one event (Warning for Ready=False and Degraded=True, Normal otherwise).
+condition's status or reason is one event: Warning only for trouble (Degraded=True, Ready not True
+for a reason outside the normal way up, START_REASONS), Normal otherwise, so a LogVolume that
+comes up as it should raises no Warning.
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .times import rfc3339
+
 MAX_PARTITIONS_LISTED = 200
 READY, CLEANING, DEGRADED = "Ready", "Cleaning", "Degraded"
 CONDITION_TYPES = (READY, CLEANING, DEGRADED)
+# Ready=False reasons on the way up of a healthy LogVolume (or a roll): Normal events.
+START_REASONS = frozenset({"Reconciling", "PodMissing", "PodPending", "SidecarStarting"})
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,19 @@ class Event:
     message: str
 
 
-def condition(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-    return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+def condition(ctype: str, ok: bool | None, reason: str, message: str) -> dict[str, Any]:
+    """A condition; ``ok`` None is status Unknown (the operator cannot tell)."""
+    status = "Unknown" if ok is None else "True" if ok else "False"
+    return {"type": ctype, "status": status, "reason": reason, "message": message}
+
+
+def is_trouble(c: Mapping[str, Any]) -> bool:
+    """Whether a condition's change is worth a Warning event."""
+    if c["type"] == DEGRADED:
+        return bool(c["status"] == "True")
+    if c["type"] == READY:
+        return bool(c["status"] != "True" and c.get("reason") not in START_REASONS)
+    return False
 
 
 def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapping[str, Any]],
@@ -67,9 +86,8 @@ def merge_conditions(old: Sequence[Mapping[str, Any]] | None, new: Sequence[Mapp
         out.append({**c, "lastTransitionTime": since})
         quiet_start = prev is None and c["status"] == "False" and c["type"] != READY
         if (changed or prev is None or prev.get("reason") != c["reason"]) and not quiet_start:
-            bad = (c["type"] == READY and c["status"] == "False") or (c["type"] == DEGRADED and c["status"] == "True")
-            events.append(Event("Warning" if bad else "Normal", c["reason"], f"{c['type']}={c['status']}: "
-                                f"{c['message']}"))
+            events.append(Event("Warning" if is_trouble(c) else "Normal", c["reason"],
+                                f"{c['type']}={c['status']}: {c['message']}"))
     kept = [c for t, c in before.items() if t not in {x["type"] for x in new}]
     return [*out, *[dict(c) for c in kept]], events
 
@@ -96,7 +114,7 @@ def _partition_entry(p: Mapping[str, Any]) -> dict[str, Any]:
         "compacted": bool(p.get("compacted")),
         "dirtyRatio": p.get("dirty_ratio"),
         "cleaningState": p.get("cleaning_state") or "none",
-        "lastCleanedMs": last.get("finished_ms"),
+        "lastCleanedTime": rfc3339(last["finished_ms"] / 1000) if isinstance(last.get("finished_ms"), int) else None,
         "uncleanable": unc.get("reason") if unc else None,
         "backlog": bool(p.get("backlog")),
     })
@@ -110,14 +128,19 @@ def _backlog_entry(p: Mapping[str, Any]) -> dict[str, Any]:
                      "recopiedBytes": d.get("recopied_bytes")})
 
 
-def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
+def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None,
+           last_seen: str | None) -> dict[str, Any]:
     if not pod.exists:
         return condition(READY, False, "PodMissing", "the sidecar's pod does not exist yet")
     if pod.phase != "Running":
-        return condition(READY, False, "PodNotRunning", f"the pod is {pod.phase or 'pending'}"
+        # Pending (scheduling, pulling, a roll's new pod) is on the way up; Failed or Unknown is not
+        reason = "PodPending" if pod.phase in (None, "Pending", "Terminating") else "PodNotRunning"
+        return condition(READY, False, reason, f"the pod is {pod.phase or 'pending'}"
                          + (f": {pod.message}" if pod.message else ""))
     if sidecar is None:
-        return condition(READY, False, "SidecarUnreachable", f"/v1/status: {error or 'no answer'}")
+        # the pod runs but its sidecar does not answer: what the status says may be stale
+        seen = f"; the status below is from {last_seen}" if last_seen else "; never seen"
+        return condition(READY, None, "SidecarUnreachable", f"/v1/status: {error or 'no answer'}{seen}")
     if not sidecar.get("ready"):
         return condition(READY, False, "SidecarStarting", "the sidecar is recovering its logs")
     return condition(READY, True, "SidecarReady", "the sidecar serves its logs")
@@ -125,10 +148,11 @@ def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None) 
 
 def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: int | None,
                  old_conditions: Sequence[Mapping[str, Any]] | None, now: str,
-                 error: str | None = None) -> tuple[dict[str, Any], list[Event]]:
+                 error: str | None = None, last_seen: str | None = None) -> tuple[dict[str, Any], list[Event]]:
     """The status patch and the events to raise. ``sidecar``: the /v1/status document, or None
-    when it could not be read (``error`` says why)."""
-    ready = _ready(pod, sidecar, error)
+    when it could not be read (``error`` says why; ``last_seen``: the status's lastSeenTime, kept
+    with the rest of what was last seen: a merge patch leaves the keys it does not name)."""
+    ready = _ready(pod, sidecar, error, last_seen)
     status: dict[str, Any] = {"observedGeneration": generation}
     if sidecar is None:
         cleaning = condition(CLEANING, False, "Unknown", "no status from the sidecar")
@@ -149,6 +173,7 @@ def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: i
         cleaner = sidecar.get("cleaner") or {}
         threads, alive = cleaner.get("threads"), cleaner.get("alive_threads")
         status.update({
+            "lastSeenTime": now,
             "summary": {"partitions": len(parts), "compacted": len(compacted), "cleaning": len(active),
                         "maxDirtyRatio": f"{max(ratios):.2f}" if ratios else "-",
                         "backlogs": len(backlogs), "offlineDirs": len(offline),

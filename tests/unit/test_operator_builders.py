@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from logkeeper_operator import builders
+from logkeeper_operator.jobspec import parse_compactionjob
 from logkeeper_operator.names import ANNOTATION_RESTART_HASH, batch_job_name, compaction_job_name, dns_label
-from logkeeper_operator.spec import SpecError, parse_compactionjob, parse_logvolume
+from logkeeper_operator.spec import SCRATCH_FACTOR, SpecError, parse_logvolume
 
 OWNER = builders.owner_reference("LogVolume", "orders", "uid-1")
 
@@ -110,7 +113,8 @@ def test_batch_job_local_and_kubernetes() -> None:
     assert job["metadata"]["name"] == "cj1-a2" and job["metadata"]["ownerReferences"][0]["kind"] == "CompactionJob"
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 600
     pod = job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["command"] == ["logkeeper", *ARGS]  # the sidecar's arguments, as they are
+    # the sidecar's arguments, as they are, under the image's init (tini reaps Spark's children)
+    assert pod["containers"][0]["command"] == ["/usr/bin/tini", "--", "logkeeper", *ARGS]
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/d0"  # where the sidecar has it
     assert pod["affinity"]["podAffinity"] and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "orders-d0"
     k8s = lv(spark={"mode": "kubernetes", "serviceAccountName": "spark",
@@ -120,6 +124,49 @@ def test_batch_job_local_and_kubernetes() -> None:
     assert "affinity" not in pod and pod["serviceAccountName"] == "spark"
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert env["PYSPARK_SUBMIT_ARGS"] == "--conf spark.executor.instances=4 pyspark-shell"
+
+
+def test_spark_scratch_is_sized_from_the_backlog() -> None:
+    base = {"logVolume": "orders", "topic": "t", "partition": 1, "volumeId": "d0", "logDir": "/data/d0/log",
+            "handOff": "0123456789ab", "args": ARGS, "staging": ARGS[6]}
+
+    def tmp(spark: dict[str, Any], backlog: int) -> dict[str, Any]:
+        cj = parse_compactionjob({**base, "backlogBytes": backlog})
+        job = builders.batch_job("cj1", "ns", "u", 1, cj, lv(spark=spark).spark, "orders-d0")
+        return next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "tmp")
+
+    assert tmp({}, 0) == {"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}  # the floor
+    assert tmp({}, 100 << 30) == {"name": "tmp", "emptyDir": {"sizeLimit": f"{int(100 * 1024 * SCRATCH_FACTOR)}Mi"}}
+    assert tmp({"scratch": {"factor": 2}}, 10 << 30)["emptyDir"]["sizeLimit"] == "20480Mi"
+    assert tmp({"scratch": {"size": "7Gi"}}, 100 << 30)["emptyDir"]["sizeLimit"] == "7Gi"
+    pvc = tmp({"scratch": {"storageClassName": "fast", "size": "50Gi"}}, 0)
+    claim = pvc["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "fast" and claim["resources"]["requests"]["storage"] == "50Gi"
+    with pytest.raises(SpecError, match=r"spec\.spark\.scratch\.size"):
+        lv(spark={"scratch": {"size": "lots"}})
+    with pytest.raises(SpecError, match=r"spec\.spark\.scratch\.factor"):
+        lv(spark={"scratch": {"factor": 0}})
+
+
+def test_compaction_job_is_made_with_the_finalizer_and_the_backlog() -> None:
+    cj = parse_compactionjob({"logVolume": "orders", "topic": "t", "partition": 1, "volumeId": "d0",
+                              "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS, "staging": ARGS[6],
+                              "backlogBytes": 5})
+    body = builders.compaction_job_manifest("cj1", "ns", "orders", "u1", cj, lv().spark, "orders-d0")
+    assert body["metadata"]["finalizers"] == ["logkeeper.io/compaction-cleanup"]
+    assert body["spec"]["backlogBytes"] == 5
+
+
+def test_cancel_job_writes_the_failure_where_the_sidecar_waits() -> None:
+    job = builders.cancel_job("cj1", "ns", "orders", "lv-uid", ARGS[6], "d0", "orders-d0", "img:1", "deleted")
+    assert job["metadata"]["name"] == "cj1-cancel"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "LogVolume"  # outlives the CompactionJob
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["/usr/bin/tini", "--", "python", "-m", "logkeeper_operator.cancel",
+                                               ARGS[6], "deleted"]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data/d0"}]
+    assert pod["affinity"]["podAffinity"]
 
 
 def test_compaction_job_spec_needs_the_hand_off() -> None:

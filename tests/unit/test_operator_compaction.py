@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from logkeeper_operator.compaction import SWEEP_GRACE_S, HandOff, JobState, next_step
-from logkeeper_operator.reconcile import may_submit
+from logkeeper_operator.jobs import may_submit
 
 NO_JOB = JobState(False)
 WAITING = HandOff(True, "waiting-for-job")

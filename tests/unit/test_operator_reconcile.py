@@ -4,69 +4,15 @@ repeat, CleanerPolicy lookups, live topic changes, backlogs -> CompactionJobs, t
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any
 
 import pytest
 
-from logkeeper_operator import reconcile
+from logkeeper_operator import jobs, reconcile
 from logkeeper_operator.k8s import ApiError
 from logkeeper_operator.names import KEY_SECRET
 from logkeeper_operator.spec import SpecError
-
-
-class FakeKube:
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.applies = 0
-
-    def _key(self, kind: str, ns: str | None, name: str) -> tuple[str, str, str]:
-        return kind, ns or "", name
-
-    def apply(self, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
-        self.applies += 1
-        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        self.objects[key] = copy.deepcopy(obj)
-        return obj
-
-    def create_if_absent(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        if key in self.objects:
-            return self.get(obj["apiVersion"], obj["kind"], key[1], key[2]), False  # type: ignore[return-value]
-        stored = copy.deepcopy(obj)
-        if obj["kind"] == "Secret" and "stringData" in obj:
-            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in stored.pop("stringData").items()}
-        self.objects[key] = stored
-        return stored, True
-
-    def create(self, obj: dict[str, Any]) -> bool:  # a POST: an existing object is a 409, not read
-        key = self._key(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        return key not in self.objects and self.create_if_absent(obj)[1]
-
-    def get(self, api_version: str, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
-        # the chart's RBAC: the one Secret the operator may read is the namespace's token key
-        assert kind != "Secret" or name == KEY_SECRET, f"the operator read Secret {name}"
-        return self.objects.get(self._key(kind, ns, name))
-
-    def list(self, api_version: str, kind: str, ns: str | None, label_selector: str | None = None) -> list[Any]:
-        return [o for (k, n, _), o in self.objects.items() if k == kind and n == (ns or "")]
-
-
-class FakeSidecar:
-    def __init__(self, doc: dict[str, Any], topics: list[dict[str, Any]]) -> None:
-        self.doc, self._topics, self.calls = doc, topics, []  # type: list[tuple[Any, ...]]
-
-    def status(self) -> dict[str, Any]:
-        return self.doc
-
-    def topics(self) -> list[dict[str, Any]]:
-        return self._topics
-
-    def __getattr__(self, verb: str) -> Any:
-        def call(*args: Any) -> Any:
-            self.calls.append((verb, *args))
-            return {}
-        return call
+from tests.operator_fakes import FakeKube, FakeSidecar
 
 
 def lv_body(**spec: Any) -> dict[str, Any]:
@@ -173,17 +119,23 @@ def test_poll_status_topics_and_hand_off(monkeypatch: pytest.MonkeyPatch) -> Non
     running_pod(kube)
     fake = FakeSidecar(sidecar_doc(backlog=True), [{"name": "t", "partitions": [0], "configs": {}}])
     monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
+    def poll() -> list[str]:
+        result = reconcile.poll_logvolume(kube, body)  # type: ignore[arg-type]
+        assert result is not None and result.spec is not None and result.sidecar is not None
+        return jobs.submit_hand_offs(kube, body, result.spec, result.sidecar)  # type: ignore[arg-type]
+
     result = reconcile.poll_logvolume(kube, body)  # type: ignore[arg-type]
     assert result is not None
     # a backlog alone is the sidecar's business; a hand-off waiting for a job becomes a CompactionJob
-    assert result.status["summary"]["backlogs"] == 1 and result.compaction_jobs == []
+    assert result.status["summary"]["backlogs"] == 1 and poll() == []
     assert ("add_partitions", "t", 2) in fake.calls
     fake.doc = sidecar_doc(backlog=True, offload=hand_off())
-    assert reconcile.poll_logvolume(kube, body).compaction_jobs == ["orders-t-0-0123456789ab"]  # type: ignore[union-attr]
+    assert poll() == ["orders-t-0-0123456789ab"]
     cj = kube.objects[("CompactionJob", "ns", "orders-t-0-0123456789ab")]
     assert cj["spec"]["logDir"] == "/data/d0/log" and cj["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert cj["spec"]["args"] == ARGS and cj["spec"]["handOff"] == "0123456789ab"
-    assert reconcile.poll_logvolume(kube, body).compaction_jobs == ["orders-t-0-0123456789ab"]  # type: ignore[union-attr]
+    assert cj["spec"]["backlogBytes"] == 1  # the partition's size_bytes: sizes the Job's scratch
+    assert poll() == ["orders-t-0-0123456789ab"]
     assert len([k for k in kube.objects if k[0] == "CompactionJob"]) == 1  # made once
     blocked = {**body, "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}}
     assert reconcile.poll_logvolume(kube, blocked) is None  # type: ignore[arg-type]
@@ -210,25 +162,25 @@ def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.Monke
                           "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
                                    "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
                                    "staging": ARGS[6], "maxAttempts": 2, "timeoutSeconds": 60}, "status": {}}
-    tick = reconcile.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
     assert tick.step.kind == "submit" and tick.status["phase"] == "Running" and tick.status["submissionId"] == "cj-a1"
     assert kube.objects[("Job", "ns", "cj-a1")]["spec"]["template"]["spec"]["containers"][0]["command"] == \
-        ["logkeeper", *ARGS]
+        ["/usr/bin/tini", "--", "logkeeper", *ARGS]
     cj["status"].update(tick.status)
-    assert reconcile.drive_compaction(kube, cj, now_s=101.0).step.kind == "wait"  # type: ignore[arg-type]
+    assert jobs.drive_compaction(kube, cj, now_s=101.0).step.kind == "wait"  # type: ignore[arg-type]
     kube.objects[("Job", "ns", "cj-a1")]["status"] = {"conditions": [{"type": "Failed", "status": "True",
                                                                       "reason": "BackoffLimitExceeded"}]}
-    tick = reconcile.drive_compaction(kube, cj, now_s=102.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=102.0)  # type: ignore[arg-type]
     assert tick.status["phase"] == "Pending" and "retrying" in tick.status["message"]
     cj["status"].update(tick.status)
-    tick = reconcile.drive_compaction(kube, cj, now_s=103.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=103.0)  # type: ignore[arg-type]
     assert tick.status["submissionId"] == "cj-a2" and tick.status["attempts"] == 2
     cj["status"].update(tick.status)
     kube.objects[("Job", "ns", "cj-a2")]["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-    tick = reconcile.drive_compaction(kube, cj, now_s=104.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=104.0)  # type: ignore[arg-type]
     assert tick.step.kind == "wait" and "validates" in tick.status["message"]  # staged, not yet swapped
     fake.doc = sidecar_doc(backlog=False, offload=hand_off("done"))
-    tick = reconcile.drive_compaction(kube, cj, now_s=105.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=105.0)  # type: ignore[arg-type]
     assert tick.status["phase"] == "Succeeded" and "bytes_read 100" in tick.status["message"]
     assert fake.calls == []  # the operator never pauses, swaps or cleans: the sidecar does
 
@@ -245,7 +197,7 @@ def test_compaction_job_fails_with_the_sidecars_reason(monkeypatch: pytest.Monke
                           "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
                                    "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
                                    "staging": ARGS[6]}, "status": {"phase": "Running", "attempts": 1}}
-    tick = reconcile.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
+    tick = jobs.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
     assert tick.status["phase"] == "Failed" and "the job timed out" in tick.status["message"]
 
 

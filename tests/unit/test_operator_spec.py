@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from logkeeper_operator.spec import SpecError, check_topic_changes, parse_compactionjob, parse_logvolume
+from logkeeper_operator.jobspec import parse_compactionjob
+from logkeeper_operator.spec import SpecError, check_topic_changes, parse_logvolume
 
 
 def base(**over: Any) -> dict[str, Any]:

@@ -43,11 +43,13 @@ def test_healthy_cleaning() -> None:
     assert cond(st, "Ready")["status"] == "True" and cond(st, "Cleaning")["status"] == "True"
     assert cond(st, "Degraded")["status"] == "False"
     a1 = next(p for p in st["partitions"] if p["partition"] == "a-1")
-    assert a1["lastCleanedMs"] == 5 and a1["cleaningState"] == "in-progress" and a1["dirtyRatio"] == 0.7
+    assert a1["lastCleanedTime"] == "1970-01-01T00:00:00Z"  # finished_ms 5, as RFC 3339
+    assert a1["cleaningState"] == "in-progress" and a1["dirtyRatio"] == 0.7
     assert {(e.type, e.reason) for e in events} == {("Normal", "SidecarReady"), ("Normal", "CleaningInProgress")}
     # no nulls in the merge patch: a null deletes the key, and the stored status never equals the patch
     b0 = next(p for p in st["partitions"] if p["partition"] == "b-0")
-    assert "dirtyRatio" not in b0 and "uncleanable" not in b0 and "lastCleanedMs" not in b0
+    assert "dirtyRatio" not in b0 and "uncleanable" not in b0 and "lastCleanedTime" not in b0
+    assert st["lastSeenTime"] == "T1"
 
 
 def test_degraded_offline_uncleanable_backlog() -> None:
@@ -76,6 +78,8 @@ def test_pod_and_sidecar_not_there() -> None:
     st, _ = build_status(None, PodState(False), 1, None, "T")
     assert cond(st, "Ready")["reason"] == "PodMissing" and st["cleaningState"] == "unknown"
     st, _ = build_status(None, PodState(True, "Pending"), 1, None, "T")
+    assert cond(st, "Ready")["reason"] == "PodPending"
+    st, _ = build_status(None, PodState(True, "Failed"), 1, None, "T")
     assert cond(st, "Ready")["reason"] == "PodNotRunning"
     st, _ = build_status(None, RUNNING, 1, None, "T", error="connection refused")
     assert cond(st, "Ready")["reason"] == "SidecarUnreachable" and "refused" in cond(st, "Ready")["message"]
@@ -90,6 +94,7 @@ def test_transition_times_and_events() -> None:
     down, ev3 = build_status(None, RUNNING, 1, again["conditions"], "T3", error="x")
     assert cond(down, "Ready")["lastTransitionTime"] == "T3"
     assert [(e.type, e.reason) for e in ev3 if e.reason == "SidecarUnreachable"] == [("Warning", "SidecarUnreachable")]
+    assert cond(down, "Ready")["status"] == "Unknown"
     assert is_ready(again["conditions"]) and not is_ready(down["conditions"])
 
 
@@ -102,3 +107,32 @@ def test_invalid_status_keeps_other_conditions() -> None:
     assert events[0].type == "Warning" and events[0].reason == "InvalidSpec"
     merged, ev = merge_conditions(bad["conditions"], [cond(bad, "Ready")], "T3")
     assert ev == [] and cond({"conditions": merged}, "Ready")["lastTransitionTime"] == "T2"
+
+
+def test_a_normal_start_raises_no_warning() -> None:
+    """Reconciling, the pod missing then pending, the sidecar starting, then ready: Normal events only."""
+    conds: Any = None
+    seen: list[tuple[str, str]] = []
+    for doc, pod in ((None, PodState(False)), (None, PodState(True, "Pending")), (sidecar(ready=False), RUNNING),
+                     (sidecar(), RUNNING)):
+        st, events = build_status(doc, pod, 1, conds, "T")
+        conds = st["conditions"]
+        seen += [(e.type, e.reason) for e in events]
+    assert {t for t, _ in seen} == {"Normal"}, seen
+    _, events = invalid_status("children applied", 1, None, "T", reason="Reconciling")
+    assert [e.type for e in events] == ["Normal"]
+    # trouble is a Warning: a failed pod, a refused spec
+    _, events = build_status(None, PodState(True, "Failed"), 1, conds, "T")
+    assert ("Warning", "PodNotRunning") in {(e.type, e.reason) for e in events}
+
+
+def test_an_unreachable_sidecar_marks_the_status_stale_with_the_last_seen_time() -> None:
+    seen, _ = build_status(sidecar(), RUNNING, 1, None, "2030-01-01T00:00:00Z")
+    assert seen["lastSeenTime"] == "2030-01-01T00:00:00Z"
+    stale, _ = build_status(None, RUNNING, 1, seen["conditions"], "2030-01-01T00:05:00Z", error="timed out",
+                            last_seen=seen["lastSeenTime"])
+    ready = cond(stale, "Ready")
+    assert ready["status"] == "Unknown" and ready["reason"] == "SidecarUnreachable"
+    assert "2030-01-01T00:00:00Z" in ready["message"]
+    # the last seen figures are left as they were (the merge patch names none of them)
+    assert "summary" not in stale and "lastSeenTime" not in stale and "partitions" not in stale
