@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .exit_codes import EXIT_DATA, EXIT_OK, HELP, USER_ERRORS, explain
+from .exit_codes import EXIT_DATA, EXIT_INTERRUPTED, EXIT_OK, HELP, USER_ERRORS, explain
+from .log.names import offset_from_file_name
 
 # Before anything imports numpy: logkeeper does no linear algebra, yet numpy's import starts
 # OpenBLAS's thread pool, a thread a core, whose start-up burns CPU on every core (`import numpy`
@@ -209,6 +210,11 @@ def _check_dump_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         name = Path(f).name
         if not name.endswith((".log", ".index", ".timeindex")):
             parser.error(f"dump-log: {f}: not a .log, .index or .timeindex file")
+        try:
+            offset_from_file_name(name)  # the base offset the file's offsets are relative to
+        except ValueError:
+            parser.error(f"dump-log: {f}: not a segment file name (a 20-digit base offset, e.g. "
+                         "00000000000000000000.log)")
         if args.json and not name.endswith(".log"):
             parser.error(f"dump-log: {f}: --json applies to .log files only")
 
@@ -236,6 +242,9 @@ def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
         rc = int(args.func(args))
     except BrokenPipeError:
         rc = 0  # the reader (e.g. `head`) went away
+    except KeyboardInterrupt:  # Ctrl-C is the user's choice, not a bug: no traceback
+        rc = EXIT_INTERRUPTED
+        print(f"logkeeper {args.command}: interrupted", file=sys.stderr)
     except USER_ERRORS as e:  # a sentence about the user's input or data; a bug keeps its traceback
         rc, text = explain(e)
         print(f"logkeeper {args.command}: {text}", file=sys.stderr)

@@ -17,12 +17,15 @@ from .errors import InvalidConfigError, LogkeeperError, UsageError
 EXIT_OK = 0
 EXIT_DATA = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT, as for any command stopped with Ctrl-C
 
 HELP = """\
 exit status:
   0  ok
   1  problems found in the data (each printed with its file and position)
   2  usage or wrong input: a bad option, a missing file, a directory that is not a log dir
+  130 interrupted (Ctrl-C); every command leaves its log dir as a crash would, which the next
+     run or start finishes or rolls back
   (sidecar: 1 could not start, 3 shutdown took longer than shutdown.timeout.ms)
 
 log dirs: clean, recover and resolve-duplicates write only into a log dir, i.e. a directory

@@ -141,3 +141,26 @@ def test_setup_builds_without_license_warnings() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in project["build-system"]["requires"]
+
+
+def test_ctrl_c_exits_130_with_one_line_and_no_traceback(fx: Fixture, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from logkeeper.tools import verify
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify, "verify_path", interrupted)
+    code, out, err = run(capsys, "verify", str(fx.directory.parent))
+    assert (code, out, err) == (130, "", "logkeeper verify: interrupted\n")
+
+
+def test_dump_log_refuses_a_file_not_named_for_its_base_offset(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    odd = tmp_path / "orders.log"
+    odd.write_bytes(b"x" * 100)
+    with pytest.raises(SystemExit) as exc:
+        main(["dump-log", str(odd)])
+    out, err = capsys.readouterr()
+    assert (exc.value.code, out) == (2, "")
+    assert f"{odd}: not a segment file name" in err
