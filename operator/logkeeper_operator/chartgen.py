@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import OPERATOR_SETTINGS
-from .crdgen import all_crds, render, setting_schema
+from .crdgen import all_crds, render
+from .schemas import setting_schema
 
 Schema = dict[str, Any]
 NAMESPACE_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -44,12 +45,16 @@ def values_schema() -> Schema:
                           ["repository"]),
             "imagePullSecrets": {"type": "array", "items": _obj({"name": {"type": "string"}}, ["name"])},
             "operator": _obj({
-                "replicas": {"type": "integer", "minimum": 0, "maximum": 1,
-                             "description": "1, or 0 for an operator run elsewhere (kopf runs standalone)."},
+                "replicas": {"type": "integer", "minimum": 0, "maximum": 5,
+                             "description": "Replicas: one leads (a Lease), the others stand by; 0 for an operator "
+                                            "run elsewhere."},
                 "watchNamespaces": {"type": "array", "items": {"type": "string", "pattern": NAMESPACE_PATTERN}},
                 "clusterWide": {"type": "boolean"},
                 "settings": _obj(settings),
-                "livenessPort": {"type": "integer", "minimum": 1024, "maximum": 65535},
+                "livenessPort": {"type": "integer", "minimum": 1024, "maximum": 65535,
+                                 "description": "Port of /healthz, /readyz and /metrics."},
+                "serviceMonitor": _obj({"enabled": {"type": "boolean"}, "interval": {"type": "string"},
+                                        "labels": free}),
                 "logLevel": {"type": "string", "enum": ["info", "debug"]},
                 "resources": free, "nodeSelector": free, "tolerations": {"type": "array"}, "affinity": free,
                 "podAnnotations": free,

@@ -3,293 +3,26 @@
     python -m logkeeper_operator.crdgen crds/            write crds/<plural>.logkeeper.io.yaml
     python -m logkeeper_operator.crdgen --check crds/    exit 1 when a file differs (make crds-check)
 
-Each Kafka key of a spec section is a typed property with its bounds and enums, taken from its
-Setting (type, validator's schema, doc): topic keys (log/log_config.py TOPIC_SETTINGS) under
-``spec.topics[].configs``, broker keys (log/manager_config.py) under ``spec.node``, cleaner keys
-(cleaner/config.py) under ``spec.cleaner`` and CleanerPolicy ``spec.cleaner``, sidecar keys
-(server/config.py) under ``spec.sidecar.settings``.
-
-Kafka keys carry no schema ``default``: an absent key means "Kafka's default, or the broker-level
-one" (a topic key set by a schema default would hide ``spec.node``'s broker default), so the
-default is written in the description instead. Structural fields (partitions, deleteClaim, port,
-spark mode, timeouts, attempts) have schema defaults.
-
-What the schema cannot say (a claim and a size together, both a policy and an inline cleaner)
-is in CEL rules (x-kubernetes-validations), and the operator checks all of it again (spec.py).
+The LogVolume's spec schema, with its settings and CEL rules, is schemas.py's; this module adds
+the CleanerPolicy's and the CompactionJob's, the status schemas, printer columns and names.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from logkeeper.log.log_config import TOPIC_SETTINGS
-from logkeeper.server.config import INT32_MAX, JAVA_INT_TOPIC_KEYS, MAX_PARTITIONS_PER_TOPIC
-from logkeeper.settings import LONG_MAX, Setting, schema_of
+from logkeeper.server.config import MAX_PARTITIONS_PER_TOPIC
 
 from .compaction import PHASES
-from .names import (
-    CLEANERPOLICY,
-    COMPACTIONJOB,
-    GROUP,
-    KAFKA_TLS_DIR,
-    KAFKA_USERS_DIR,
-    KAFKA_USERS_KEY,
-    LOGVOLUME,
-    PLURALS,
-    SHORT_NAMES,
-    VERSION,
-)
-from .spec import (
-    CLEANER_KEYS,
-    CLIENT_AUTH,
-    LISTEN_MAX_ITEMS,
-    LISTEN_MAX_LENGTH,
-    MAX_TOPICS,
-    MAX_VOLUMES,
-    NODE_KEYS,
-    POD_IP_KEYS,
-    PULL_POLICIES,
-    SECRET_KEY_PATTERN,
-    SECRET_NAME_PATTERN,
-    SIDECAR_KEYS,
-    SPARK_MODES,
-    VOLUME_ID_MAX,
-)
-
-Schema = dict[str, Any]
-TOPIC_NAME_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
-
-
-def _default_text(setting: Setting) -> str:
-    d = setting.default
-    if d is None:
-        return "unset"
-    if d == LONG_MAX:
-        return "Long.MAX_VALUE"
-    if isinstance(d, list):
-        return ",".join(d) or "empty"
-    if isinstance(d, bool):
-        return str(d).lower()
-    return str(d)
-
-
-def setting_schema(setting: Setting) -> Schema:
-    unit = f" Unit: {setting.unit}." if setting.unit else ""
-    out: Schema = {"description": f"{setting.doc}{unit} Default: {_default_text(setting)}."}
-    hints = schema_of(setting.validator)
-    if setting.type is int:
-        out.update({"type": "integer", "format": "int64"})
-        if setting.key in JAVA_INT_TOPIC_KEYS:
-            out["maximum"] = INT32_MAX
-        for k in ("minimum", "maximum"):
-            if k in hints:
-                out[k] = int(hints[k])
-    elif setting.type is float:
-        out["type"] = "number"
-        out.update({k: hints[k] for k in ("minimum", "maximum") if k in hints})
-    elif setting.type is bool:
-        out["type"] = "boolean"
-    elif setting.type is list:
-        out.update({"type": "array", "items": hints.get("items", {"type": "string"})})
-    else:
-        out["type"] = "string"
-        if "enum" in hints:
-            out["enum"] = list(hints["enum"])
-    return out
-
-
-def settings_object(settings: Iterable[Setting], description: str) -> Schema:
-    return {"type": "object", "description": description,
-            "properties": {s.key: setting_schema(s) for s in sorted(settings, key=lambda s: s.key)}}
-
-
-def _resources() -> Schema:
-    qty: Schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
-    return {"type": "object", "description": "Compute resources (a core/v1 ResourceRequirements).",
-            "properties": {"limits": {"type": "object", "additionalProperties": qty},
-                           "requests": {"type": "object", "additionalProperties": qty}}}
-
-
-def _cleaner_settings(what: str) -> Schema:
-    return settings_object(CLEANER_KEYS.values(), f"Kafka's log.cleaner.* keys {what} (cleaner/config.py).")
-
-
-def _cel_key(key: str) -> str:
-    """A property name as CEL sees it (Kubernetes escapes '.' and '-')."""
-    return key.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__")
-
-
-# Kafka listeners by protocol (as config.parse_kafka_listener reads them: case-insensitive); CEL's
-# r'' strings keep the regex's backslash.
-_LISTEN = f"self.settings.{_cel_key('kafka.listen')}"
-_HAS_LISTEN = f"has(self.settings) && has({_LISTEN})"
-_TLS_LISTENER = f"({_HAS_LISTEN} && {_LISTEN}.exists(a, a.matches(r'(?i)^\\s*(sasl_)?ssl://')))"
-_SASL_LISTENER = f"({_HAS_LISTEN} && {_LISTEN}.exists(a, a.matches(r'(?i)^\\s*sasl_')))"
-
-
-def kafka_security() -> Schema:
-    secret_name: Schema = {"type": "string", "maxLength": 253, "pattern": SECRET_NAME_PATTERN}
-    secret_key: Schema = {"type": "string", "maxLength": 253, "pattern": SECRET_KEY_PATTERN}
-    return {
-        "type": "object",
-        "description": f"Secrets for the Kafka listener (settings kafka.listen): the kubelet mounts them read-only "
-                       f"in the sidecar container ({KAFKA_USERS_DIR}, {KAFKA_TLS_DIR}) and the operator sets "
-                       f"kafka.sasl.users.file and kafka.ssl.*; it never reads them.",
-        "x-kubernetes-validations": [
-            {"rule": "!has(self.usersKey) || has(self.usersSecret)", "message": "usersKey needs usersSecret"},
-            {"rule": "!has(self.keyPasswordKey) || has(self.tlsSecret)", "message": "keyPasswordKey needs tlsSecret"},
-            {"rule": "!has(self.clientAuth) || self.clientAuth == 'none' || has(self.tlsSecret)",
-             "message": "clientAuth requested or required needs tlsSecret (its ca.crt checks client certificates)"},
-        ],
-        "properties": {
-            "usersSecret": {**secret_name, "description": "Secret of SASL users, one name:password a line (needed "
-                                                          "by SASL_PLAINTEXT and SASL_SSL listeners; a change is "
-                                                          "picked up without a restart)."},
-            "usersKey": {**secret_key, "description": f"Key of usersSecret holding the lines. Default: "
-                                                      f"{KAFKA_USERS_KEY}."},
-            "tlsSecret": {**secret_name, "description": "A kubernetes.io/tls Secret: tls.crt (the chain), tls.key "
-                                                        "and, for clientAuth, ca.crt (needed by SSL and SASL_SSL "
-                                                        "listeners)."},
-            "keyPasswordKey": {**secret_key, "description": "Key of tlsSecret holding tls.key's password, if it "
-                                                            "has one."},
-            "clientAuth": {"type": "string", "enum": list(CLIENT_AUTH), "default": "none",
-                           "description": "Client certificates of SSL listeners, checked against tlsSecret's "
-                                          "ca.crt (Kafka's ssl.client.auth)."},
-        },
-    }
-
-
-def sidecar_settings() -> Schema:
-    out = settings_object(SIDECAR_KEYS.values(), "The sidecar's own keys (server/config.py); listen, token.file, "
-                                                 "kafka.sasl.users.file and kafka.ssl.* are set by the operator "
-                                                 "(kafkaSecurity). kafka.listen and kafka.advertised.listeners "
-                                                 "may name the pod's IP as $(POD_IP), e.g. "
-                                                 "SASL_SSL://[$(POD_IP)]:9093.")
-    for key in POD_IP_KEYS:  # bounded, so the API server can bound the cost of the rules on kafka.listen
-        prop = out["properties"][key]
-        prop["maxItems"] = LISTEN_MAX_ITEMS
-        prop["items"] = {**prop["items"], "maxLength": LISTEN_MAX_LENGTH}
-    return out
-
-
-def logvolume_spec() -> Schema:
-    volume: Schema = {
-        "type": "object", "required": ["id"],
-        "x-kubernetes-validations": [{"rule": "has(self.size) != has(self.existingClaim)",
-                                      "message": "give either size (a new claim) or existingClaim, not both"}],
-        "properties": {
-            "id": {"type": "string", "maxLength": VOLUME_ID_MAX, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-                   "description": "The volume's id: mounted at /data/<id>, log directory /data/<id>/log."},
-            "size": {"type": "string", "pattern": QUANTITY_PATTERN,
-                     "description": "Size of a new claim made by the operator (e.g. 10Gi)."},
-            "storageClassName": {"type": "string", "description": "Storage class of a new claim."},
-            "existingClaim": {"type": "string", "description": "Use this PersistentVolumeClaim instead of "
-                                                               "making one (never deleted by the operator)."},
-            "deleteClaim": {"type": "boolean", "default": False,
-                            "description": "Delete the claim (and its data) with the LogVolume."},
-            "accessModes": {"type": "array", "items": {"type": "string", "enum": [
-                "ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany"]},
-                "description": "Access modes of a new claim (default ReadWriteOnce; ReadWriteMany for Spark "
-                               "on Kubernetes executors)."},
-        },
-    }
-    topic: Schema = {
-        "type": "object", "required": ["name"],
-        "properties": {
-            "name": {"type": "string", "pattern": TOPIC_NAME_PATTERN},
-            "partitions": {"type": "integer", "minimum": 1, "maximum": MAX_PARTITIONS_PER_TOPIC, "default": 1,
-                           "description": "Partition count (grows live; never shrinks)."},
-            "configs": settings_object(TOPIC_SETTINGS.settings, "Kafka topic configs (log/log_config.py); unset keys "
-                                                                "take the broker default in spec.node, else Kafka's."),
-        },
-    }
-    sidecar: Schema = {
-        "type": "object",
-        "x-kubernetes-validations": [
-            {"rule": f"!{_TLS_LISTENER} || (has(self.kafkaSecurity) && has(self.kafkaSecurity.tlsSecret))",
-             "message": "an SSL or SASL_SSL listener (settings kafka.listen) needs kafkaSecurity.tlsSecret"},
-            {"rule": f"!has(self.kafkaSecurity) || !has(self.kafkaSecurity.tlsSecret) || {_TLS_LISTENER}",
-             "message": "kafkaSecurity.tlsSecret: no SSL or SASL_SSL listener in settings kafka.listen uses it"},
-            {"rule": f"!{_SASL_LISTENER} || (has(self.kafkaSecurity) && has(self.kafkaSecurity.usersSecret))",
-             "message": "a SASL_PLAINTEXT or SASL_SSL listener (settings kafka.listen) needs "
-                        "kafkaSecurity.usersSecret"},
-            {"rule": f"!has(self.kafkaSecurity) || !has(self.kafkaSecurity.usersSecret) || {_SASL_LISTENER}",
-             "message": "kafkaSecurity.usersSecret: no SASL_PLAINTEXT or SASL_SSL listener in settings kafka.listen "
-                        "uses it"},
-        ],
-        "properties": {
-            "image": {"type": "string", "description": "The logkeeper image (default: the operator's)."},
-            "imagePullPolicy": {"type": "string", "enum": list(PULL_POLICIES), "default": "IfNotPresent"},
-            "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 8080,
-                     "description": "Port of the sidecar's HTTP API (applications use localhost:<port>)."},
-            "resources": _resources(),
-            "settings": sidecar_settings(),
-            "kafkaSecurity": kafka_security(),
-            "env": {"type": "array", "description": "Extra environment (core/v1 EnvVar).",
-                    "items": {"type": "object", "required": ["name"], "x-kubernetes-preserve-unknown-fields": True,
-                              "properties": {"name": {"type": "string"}}}},
-        },
-    }
-    spark: Schema = {
-        "type": "object",
-        "description": "Offload of compaction backlogs to Spark (one CompactionJob per backlog).",
-        "x-kubernetes-validations": [
-            {"rule": "!has(self.master) || (has(self.mode) && self.mode == 'kubernetes') == "
-                     "self.master.startsWith('k8s://')",
-             "message": "mode kubernetes needs a k8s:// master; mode local a local[N] master"}],
-        "properties": {
-            "autoSubmit": {"type": "boolean", "default": True,
-                           "description": "Make a CompactionJob when the sidecar reports a backlog."},
-            "mode": {"type": "string", "enum": list(SPARK_MODES), "default": "local",
-                     "description": "local: Spark local[*] in a Job's pod on the volume; kubernetes: the driver "
-                                    "in that pod, executors as pods (needs a ReadWriteMany claim)."},
-            "image": {"type": "string", "description": "Image of the Job (default: the sidecar's)."},
-            "master": {"type": "string", "description": "Spark master (local[*] / k8s://https://HOST:PORT)."},
-            "conf": {"type": "object", "additionalProperties": {"type": "string"},
-                     "description": "Spark conf (spark.executor.instances, ...)."},
-            "serviceAccountName": {"type": "string", "description": "Service account of the driver (kubernetes)."},
-            "resources": _resources(),
-            "timeoutSeconds": {"type": "integer", "minimum": 60, "maximum": 7 * 86400, "default": 3600,
-                               "description": "Bound on one attempt."},
-            "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
-            "cooldownSeconds": {"type": "integer", "minimum": 0, "maximum": 7 * 86400, "default": 900,
-                                "description": "After a partition's CompactionJob ends, how long a backlog still "
-                                               "reported on it waits before another is made."},
-        },
-    }
-    return {
-        "type": "object", "required": ["volumes"],
-        "x-kubernetes-validations": [{"rule": "!(has(self.cleanerPolicyRef) && has(self.cleaner))",
-                                      "message": "give either cleanerPolicyRef or an inline cleaner, not both"}],
-        "properties": {
-            "volumes": {"type": "array", "minItems": 1, "maxItems": MAX_VOLUMES, "items": volume,
-                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"],
-                        "description": "One log directory per volume (Kafka's log.dirs)."},
-            "topics": {"type": "array", "maxItems": MAX_TOPICS, "items": topic,
-                       "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
-            "node": settings_object(NODE_KEYS.values(), "Kafka broker keys of the LogManager and broker defaults of "
-                                                        "topic keys (log/manager_config.py); log.dirs is set by the "
-                                                        "operator."),
-            "cleanerPolicyRef": {"type": "object", "required": ["name"],
-                                 "properties": {"name": {"type": "string", "minLength": 1}},
-                                 "description": "A CleanerPolicy in the same namespace."},
-            "cleaner": _cleaner_settings("for this LogVolume alone"),
-            "sidecar": sidecar,
-            "containers": {"type": "array", "description": "Application containers in the sidecar's pod "
-                                                          "(core/v1 Container); they reach it on localhost.",
-                           "items": {"type": "object", "required": ["name", "image"],
-                                     "x-kubernetes-preserve-unknown-fields": True,
-                                     "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}},
-            "spark": spark,
-        },
-    }
+from .names import CLEANERPOLICY, COMPACTIONJOB, GROUP, LOGVOLUME, PLURALS, SHORT_NAMES, VERSION
+from .schemas import LOGVOLUME_NAME, TOPIC_NAME_PATTERN, Schema, cleaner_settings, logvolume_spec, rule
+from .spec import SPARK_MODES
 
 
 def _conditions() -> Schema:
@@ -309,6 +42,9 @@ def logvolume_status() -> Schema:
     return {"type": "object", "properties": {
         "observedGeneration": {"type": "integer", "format": "int64"},
         "conditions": _conditions(),
+        "lastSeenTime": {"type": "string", "format": "date-time",
+                         "description": "When the sidecar last answered /v1/status; while it does not, Ready is "
+                                        "Unknown (SidecarUnreachable) and the rest of the status is from then."},
         "cleaningState": {"type": "string"},
         "summary": {"type": "object", "properties": {
             "partitions": {"type": "integer"}, "compacted": {"type": "integer"}, "cleaning": {"type": "integer"},
@@ -338,7 +74,8 @@ def _column(name: str, path: str, typ: str = "string", priority: int = 0, descri
 AGE = _column("Age", ".metadata.creationTimestamp", "date")
 
 
-def crd(kind: str, spec: Schema, status: Schema, columns: list[Schema], description: str) -> Schema:
+def crd(kind: str, spec: Schema, status: Schema, columns: list[Schema], description: str,
+        rules: list[Schema] | None = None) -> Schema:
     plural = PLURALS[kind]
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -351,9 +88,11 @@ def crd(kind: str, spec: Schema, status: Schema, columns: list[Schema], descript
                 "name": VERSION, "served": True, "storage": True,
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {"type": "object", "description": description, "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-                    "spec": spec, "status": status}, "required": ["spec"]}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "description": description, "properties": {
+                        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+                        "spec": spec, "status": status}, "required": ["spec"],
+                    **({"x-kubernetes-validations": rules} if rules else {})}},
             }],
         },
     }
@@ -370,10 +109,21 @@ def all_crds() -> dict[str, Schema]:
         _column("Offline", ".status.summary.offlineDirs", "integer", 1),
         _column("Uncleanable", ".status.summary.uncleanable", "integer", 1),
         _column("Reason", f"{ready}.reason", priority=1),
+        _column("Seen", ".status.lastSeenTime", "date", 1, "when the sidecar last answered"),
         AGE,
-    ], "A set of volumes holding Kafka logs, served by a logkeeper sidecar.")
+    ], "A set of volumes holding Kafka logs, served by a logkeeper sidecar.", [LOGVOLUME_NAME])
+    history: Schema = {
+        "type": "object", "description": "How long finished CompactionJobs of the LogVolumes naming this policy "
+                                         "are kept (LogVolumes without a policy: the defaults).",
+        "properties": {
+            "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0, "maximum": 365 * 86400, "default": 86400,
+                                        "description": "Deleted this long after they end."},
+            "successfulJobsHistoryLimit": {"type": "integer", "minimum": 0, "maximum": 100, "default": 3,
+                                           "description": "At most this many Succeeded ones per LogVolume."},
+            "failedJobsHistoryLimit": {"type": "integer", "minimum": 0, "maximum": 100, "default": 3,
+                                       "description": "At most this many Failed ones per LogVolume."}}}
     cp = crd(CLEANERPOLICY, {"type": "object", "required": ["cleaner"], "properties": {
-        "cleaner": _cleaner_settings("shared by the LogVolumes that name this policy")}},
+        "cleaner": cleaner_settings("shared by the LogVolumes that name this policy"), "compactionJobs": history}},
         {"type": "object", "properties": {"logVolumes": {"type": "integer"},
                                           "observedGeneration": {"type": "integer", "format": "int64"},
                                           "conditions": _conditions()}},
@@ -382,7 +132,10 @@ def all_crds() -> dict[str, Schema]:
     cj_spec: Schema = {
         "type": "object", "required": ["logVolume", "topic", "partition", "volumeId", "logDir", "handOff", "args",
                                        "staging"],
-        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "a CompactionJob's spec is immutable"}],
+        "x-kubernetes-validations": [
+            rule("self == oldSelf", "a CompactionJob's spec is immutable", reason="FieldValueForbidden"),
+            rule("self.args[0] == 'spark-compact'", "must be the sidecar's `logkeeper spark-compact ...` arguments",
+                 ".args")],
         "properties": {
             "logVolume": {"type": "string", "minLength": 1}, "topic": {"type": "string", "pattern": TOPIC_NAME_PATTERN},
             "partition": {"type": "integer", "minimum": 0, "maximum": MAX_PARTITIONS_PER_TOPIC - 1},
@@ -395,6 +148,8 @@ def all_crds() -> dict[str, Schema]:
             "mode": {"type": "string", "enum": list(SPARK_MODES), "default": "local"},
             "timeoutSeconds": {"type": "integer", "minimum": 60, "maximum": 7 * 86400, "default": 3600},
             "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+            "backlogBytes": {"type": "integer", "format": "int64", "minimum": 0,
+                             "description": "The partition's bytes at the hand-off: sizes the Job's scratch space."},
         }}
     cj_status: Schema = {"type": "object", "properties": {
         "phase": {"type": "string", "enum": list(PHASES)},
@@ -402,7 +157,10 @@ def all_crds() -> dict[str, Schema]:
         "submissionId": {"type": "string", "description": "The current attempt's Job: found again after an "
                                                            "operator restart."},
         "jobName": {"type": "string"},
-        "attemptStartedAt": {"type": "number", "description": "Unix time the attempt was submitted."},
+        "attemptStartTime": {"type": "string", "format": "date-time", "description": "When the attempt was "
+                                                                                    "submitted."},
+        "attemptStartedAt": {"type": "number", "description": "Deprecated: Unix seconds, written by operators "
+                                                              "before attemptStartTime (replaced at the next one)."},
         "startTime": {"type": "string", "format": "date-time"},
         "completionTime": {"type": "string", "format": "date-time"},
         "staging": {"type": "string"},
@@ -416,6 +174,9 @@ def all_crds() -> dict[str, Schema]:
         _column("Topic", ".spec.topic"),
         _column("Partition", ".spec.partition", "integer"),
         _column("Attempts", ".status.attempts", "integer"),
+        _column("Reason", '.status.conditions[?(@.type=="Progressing")].reason',
+                description="Pending, PodPending, Unschedulable, AdmissionRejected, Running, AwaitingSwap, or "
+                            "why it ended"),
         _column("Submission", ".status.submissionId", priority=1),
         _column("Message", ".status.message", priority=1),
         AGE,

@@ -62,7 +62,7 @@ def test_values_yaml_agrees_with_the_operator_settings() -> None:
 def test_printer_columns_and_short_names() -> None:
     docs = crdgen.all_crds()
     lv = docs["logvolumes.logkeeper.io.yaml"]["spec"]
-    assert lv["names"]["shortNames"] == ["lv", "lvol"]
+    assert lv["names"]["shortNames"] == ["lkv"]
     cols = [c["name"] for c in lv["versions"][0]["additionalPrinterColumns"]]
     assert cols[:5] == ["Ready", "Cleaning", "Partitions", "Max-Dirty", "Backlogs"]
     cj = docs["compactionjobs.logkeeper.io.yaml"]["spec"]["versions"][0]
@@ -70,3 +70,71 @@ def test_printer_columns_and_short_names() -> None:
         "Pending", "Running", "Succeeded", "Failed"]
     for doc in docs.values():
         assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+# kubectl's built-in short names and resource names (kubectl api-resources of Kubernetes 1.36): a
+# short name of ours among them would be shadowed (kubectl get cj lists CronJobs) or shadow one.
+BUILTIN = {
+    "cm", "cs", "csr", "cj", "crd", "crds", "ds", "deploy", "ep", "ev", "hpa", "ing", "limits", "netpol", "no", "ns",
+    "pc", "pdb", "po", "psp", "pv", "pvc", "quota", "rc", "rs", "sa", "sc", "sts", "svc", "ingclass", "vac",
+    "pods", "pod", "jobs", "job", "cronjobs", "cronjob", "services", "service", "nodes", "node", "events", "event",
+    "leases", "lease", "secrets", "secret", "configmaps", "configmap", "endpoints", "endpointslices",
+    "statefulsets", "deployments", "daemonsets", "replicasets", "namespaces", "roles", "rolebindings",
+    "clusterroles", "clusterrolebindings", "networkpolicies", "storageclasses", "volumeattachments",
+    "persistentvolumes", "persistentvolumeclaims", "serviceaccounts", "priorityclasses", "runtimeclasses",
+    "podtemplates", "resourcequotas", "limitranges", "bindings", "componentstatuses", "all",
+}
+
+
+def test_short_names_collide_with_nothing_built_in() -> None:
+    names = [n for doc in crdgen.all_crds().values() for n in doc["spec"]["names"]["shortNames"]]
+    assert names and not set(names) & BUILTIN
+    assert len(names) == len(set(names))
+    readme = (REPO / "README.md").read_text()
+    for stale in ("kubectl get cj", "(short name: lv)", "kubectl get lv "):
+        assert stale not in readme
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "short name: lv)" not in notes
+
+
+def _rules(node: object, path: str = "") -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    out: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    if isinstance(node, dict):
+        for r in node.get("x-kubernetes-validations") or []:
+            out.append((path, r | {"_node": node}))
+        for k, v in node.items():
+            out += _rules(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for v in node:
+            out += _rules(v, path)
+    return out
+
+
+def test_cel_rules_name_their_field_and_reason() -> None:
+    rules = [(name, path, r) for name, doc in crdgen.all_crds().items()
+             for path, r in _rules(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"])]
+    assert len(rules) >= 16
+    for name, path, r in rules:
+        assert r["message"] and r["reason"] in ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired"), r
+        field = r.get("fieldPath")
+        if field and not field.startswith(".metadata"):
+            props = r["_node"].get("properties") or {}
+            first = field.lstrip(".").split(".")[0]
+            assert first in props, f"{name} {path}: fieldPath {field} names no property"
+    texts = {r["rule"]: r for _, _, r in rules}
+    shrink = texts["self.partitions >= oldSelf.partitions"]
+    assert shrink["fieldPath"] == ".partitions" and "shrink" in shrink["message"]
+    assert any("c.name != 'sidecar'" in t for t in texts)
+    assert any("self.metadata.name" in t for t in texts)
+    assert "self.args[0] == 'spark-compact'" in texts
+
+
+def test_compactionjob_status_is_rfc3339_with_conditions() -> None:
+    cj = crdgen.all_crds()["compactionjobs.logkeeper.io.yaml"]["spec"]["versions"][0]
+    status = cj["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for key in ("startTime", "completionTime", "attemptStartTime"):
+        assert status[key] == {**status[key], "type": "string", "format": "date-time"}
+    assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    lv = crdgen.all_crds()["logvolumes.logkeeper.io.yaml"]["spec"]["versions"][0]
+    assert lv["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["lastSeenTime"]["format"] == \
+        "date-time"

@@ -19,7 +19,7 @@ import yaml
 from logkeeper.protocol.listener import tls_context
 from logkeeper.protocol.sasl import UsersFile
 from logkeeper.server.config import config_from_document
-from logkeeper_operator import builders, crdgen, reconcile
+from logkeeper_operator import builders, reconcile, schemas
 from logkeeper_operator.names import KAFKA_SECRETS_DIR, KEY_SECRET
 from logkeeper_operator.render import config_document, render_config, restart_hash
 from logkeeper_operator.spec import SpecError, parse_logvolume
@@ -237,7 +237,7 @@ def test_an_invalid_combination_is_an_invalid_spec() -> None:
 def test_the_crd_has_the_schema_and_the_rules() -> None:
     doc = yaml.safe_load((REPO / "crds" / "logvolumes.logkeeper.io.yaml").read_text())
     sidecar = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["sidecar"]
-    assert sidecar == crdgen.logvolume_spec()["properties"]["sidecar"]
+    assert sidecar == schemas.logvolume_spec()["properties"]["sidecar"]
     ks = sidecar["properties"]["kafkaSecurity"]
     assert set(ks["properties"]) == {"usersSecret", "usersKey", "tlsSecret", "keyPasswordKey", "clientAuth"}
     assert ks["properties"]["clientAuth"]["enum"] == ["none", "requested", "required"]
