@@ -123,7 +123,8 @@ def rule(cel: str, message: str, field_path: str = "", reason: str = "FieldValue
 LOGVOLUME_NAME = rule(f"size(self.metadata.name) <= {LOGVOLUME_NAME_MAX} && "
                       "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
                       f"a LogVolume's name starts with a letter, has only a-z, 0-9 and '-', and at most "
-                      f"{LOGVOLUME_NAME_MAX} characters (it names its Service and StatefulSet)", ".metadata.name")
+                      f"{LOGVOLUME_NAME_MAX} characters (it names its Service and StatefulSet)")
+# (no fieldPath: the API server accepts none into metadata, whose schema has no properties)
 
 
 def cleaner_settings(what: str) -> Schema:
