@@ -160,9 +160,6 @@ def observe_attempt(kube: Kube, namespace: str, cj_name: str, job_name: str) -> 
     return attempt_pod(job_name, pods, events)
 
 
-STUCK_EVENTS = ("AdmissionRejected", "Unschedulable")
-
-
 def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = None) -> CompactionTick:
     """One step of a CompactionJob's state machine (compaction.py), carried out, with its conditions."""
     now_s = time.time() if now_s is None else now_s

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -163,3 +164,78 @@ def test_one_lease_holder(api: Any) -> None:
     assert a.try_lead() and not b.try_lead() and a.try_lead()
     a.release()
     assert b.try_lead() and not a.try_lead()
+
+
+# short by default (a fast test); LOGKEEPER_LEASE_S=15 LOGKEEPER_RETRY_S=2 measures the chart's defaults
+LEASE_S = float(os.environ.get("LOGKEEPER_LEASE_S", "6"))
+RETRY_S = float(os.environ.get("LOGKEEPER_RETRY_S", "1"))
+
+
+def _operator(api_kube: Any, port: int, lease_s: float, name: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KUBECONFIG": os.environ.get("KUBECONFIG", ""), "LOGKEEPER_OPERATOR_NAMESPACE": "apps",
+           "POD_NAME": name, "PYTHONWARNINGS": "ignore",
+           "LOGKEEPER_OPERATOR_RECONCILE_INTERVAL_SECONDS": "5", "LOGKEEPER_OPERATOR_STATUS_INTERVAL_SECONDS": "2",
+           "LOGKEEPER_OPERATOR_LEASE_DURATION_SECONDS": str(lease_s),
+           "LOGKEEPER_OPERATOR_LEASE_RENEW_SECONDS": str(lease_s / 3),
+           "LOGKEEPER_OPERATOR_LEASE_RETRY_SECONDS": str(RETRY_S)}
+    return subprocess.Popen([sys.executable, "-m", "logkeeper_operator", "--namespace", "apps", "--leader-election",
+                             "--http", f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _metric(port: int, name: str) -> float | None:
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    line = next((x for x in text.splitlines() if x.startswith(name + " ") or x.startswith(name + "{")), None)
+    return float(line.rsplit(" ", 1)[1]) if line else None
+
+
+def _until(check: Any, timeout_s: float) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, "timed out"
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def test_operator_processes_lead_repair_and_hand_over(api: Any) -> None:
+    """Two operator processes (kopf and the loops, as the chart runs them): one leads, a LogVolume
+    gets its children and no finalizer, a deleted StatefulSet comes back within the reconcile
+    interval, and the standby takes over when the leader is killed."""
+    lease_s = LEASE_S
+    ports = (_port(), _port())
+    first = _operator(api, ports[0], lease_s, "op-a")
+    second = None
+    try:
+        _until(lambda: _metric(ports[0], "logkeeper_operator_leader") == 1.0, 60)
+        second = _operator(api, ports[1], lease_s, "op-b")
+        _until(lambda: _metric(ports[1], "logkeeper_operator_leader") == 0.0, 60)  # up, standing by
+        assert _create(api, _lv("live")) == ""
+        _until(lambda: api.get("apps/v1", "StatefulSet", "apps", "live") is not None, 60)
+        lv = api.get("logkeeper.io/v1alpha1", "LogVolume", "apps", "live")
+        assert not lv["metadata"].get("finalizers")  # deletion never waits for the operator
+        _until(lambda: (api.get("logkeeper.io/v1alpha1", "LogVolume", "apps", "live").get("status") or {})
+               .get("observedGeneration") == lv["metadata"]["generation"], 60)
+        api.delete("apps/v1", "StatefulSet", "apps", "live")
+        repair_s = _until(lambda: api.get("apps/v1", "StatefulSet", "apps", "live") is not None, 30)
+        assert repair_s <= 5 + 5  # the reconcile interval, plus a pass
+        first.kill()  # SIGKILL: no release
+        killed = time.monotonic()
+        _until(lambda: _metric(ports[1], "logkeeper_operator_leader") == 1.0, 3 * lease_s + 10)
+        hand_over_s = time.monotonic() - killed
+        assert hand_over_s <= lease_s + RETRY_S + 3, hand_over_s  # lease + retry, plus slack for a loaded machine
+        print(f"drift repair {repair_s:.1f} s (interval 5 s); hand-over after SIGKILL {hand_over_s:.1f} s "
+              f"(lease {lease_s:g} s, renew {lease_s / 3:g} s, retry {RETRY_S:g} s)")
+        api.delete("logkeeper.io/v1alpha1", "LogVolume", "apps", "live")
+        assert api.get("logkeeper.io/v1alpha1", "LogVolume", "apps", "live") is None  # gone at once
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
