@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.log.manager import LogManager
@@ -26,6 +28,7 @@ from tests.crash.test_power_cut import (
     check_contiguous,
     key_of,
     manager_props,
+    open_manager,
     value_of,
 )
 
@@ -136,3 +139,20 @@ def test_a_promised_record_superseded_after_the_promise_is_no_loss(tmp_path: Pat
         assert any("key 4: its last promised record, offset 21, is gone" in p for p in check(KEYS + 5))
     finally:
         m.shutdown()
+
+
+def test_children_start_with_the_topics_overrides_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by `make crash` ("cutms-0 starts at 2027 without retention"): the child applied the
+    topics' overrides after LogManager.startup, whose retention task (initial delay 0) could run
+    first with the broker's retention.bytes and delete segments of a topic that has none."""
+    seen: dict[str, int] = {}
+    started = LogManager.startup
+
+    def startup(self: LogManager) -> None:
+        seen.update({t: self.config_for(t).retention_bytes for t in TOPIC_PROPS})
+        started(self)
+
+    monkeypatch.setattr(LogManager, "startup", startup)
+    m = open_manager([tmp_path / "d0", tmp_path / "d1"], Scheduler())
+    m.shutdown()
+    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024}
