@@ -93,15 +93,17 @@ def container_ready(pod: dict[str, Any], name: str, min_restarts: int = 0) -> di
     return None
 
 
-def local_pv(name: str, path: Path, size: str, node_name: str) -> dict[str, Any]:
+def local_pv(name: str, path: Path, size: str, node_name: str, claim: tuple[str, str]) -> dict[str, Any]:
     """A static local PersistentVolume on the node (what an administrator or a static provisioner
-    makes): the directory belongs to the sidecar's uid, as kubelet applies no fsGroup to local
-    volumes."""
+    makes), reserved for ``claim`` (namespace, name) as an administrator does, so that which
+    directory holds which volume is known (equal PVs are otherwise bound in any order). The
+    directory belongs to the sidecar's uid, as kubelet applies no fsGroup to local volumes."""
     path.mkdir(parents=True)
     os.chown(path, 10001, 10001)
     path.chmod(0o750)
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
             "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "claimRef": {"namespace": claim[0], "name": claim[1]},
                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                      "local": {"path": str(path)},
                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [

@@ -197,7 +197,8 @@ def test_04_helm_install_runs_the_operator_in_cluster(helm: Helm, kubectl: Kubec
 
 
 def test_05_logvolume_becomes_ready_on_the_node(kubectl: Kubectl, node: RealNode) -> None:
-    pvs = [local_pv(f"e2e-disk-{i}", node.workdir / "volumes" / f"disk-{i}", "1Gi", NODE_NAME) for i in range(2)]
+    pvs = [local_pv(f"e2e-disk-{i}", node.workdir / "volumes" / f"disk-{i}", "1Gi", NODE_NAME,
+                    (NAMESPACE, f"{LV}-disk-{i}")) for i in range(2)]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(pvs))
     kubectl("apply", "-f", "-", stdin=POLICY)
     kubectl("apply", "-f", "-", stdin=LOGVOLUME)
