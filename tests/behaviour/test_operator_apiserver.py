@@ -71,11 +71,14 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
               "users": [{"name": "a", "user": {"token": TOKEN}}],
               "contexts": [{"name": "t", "context": {"cluster": "t", "user": "a"}}]}
     (d / "kubeconfig").write_text(yaml.safe_dump(config))
-    os.environ["KUBECONFIG"] = str(d / "kubeconfig")
+    os.environ["KUBECONFIG"] = str(d / "kubeconfig")  # for the operator processes
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+    from kubernetes import config as kube_config
+
     from logkeeper_operator.k8s import ApiError, Kube
     try:
-        kube = Kube()
+        # named, not through $KUBECONFIG: the kubernetes package reads that once, at its import
+        kube = Kube(kube_config.new_client_from_config(config_file=str(d / "kubeconfig")))
         deadline = time.monotonic() + 120
         while True:
             try:
