@@ -430,7 +430,8 @@ def test_bare_log_files_are_recovered_verified_and_dumped(tmp_path: Path, capsys
 
     assert main(["verify", str(copy)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"OK: 1 partitions, {segments} segments")
+    plural = "s" if segments != 1 else ""
+    assert out.startswith(f"OK: checked 1 partition, {segments} segment{plural}, ")
 
     assert dump_dir_json(copy) == dump_dir_json(original)
     for suffix, entry_size in ((names.INDEX_SUFFIX, 8), (names.TIME_INDEX_SUFFIX, 12), (names.TXN_INDEX_SUFFIX, 34)):
