@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ADMIN_TOKEN = "logkeeper-e2e-admin"  # a throwaway token of a throwaway API server on loopback
+ADMIN_TOKEN = "logkeeper-e2e-admin"  # a throwaway token of a throwaway API server on this host
 START_TIMEOUT_S = 120
 
 
@@ -48,12 +48,13 @@ def read_tools(env_file: Path) -> dict[str, str]:
     return out
 
 
-def kubeconfig(server: str, ca_file: Path, token: str, user: str = "admin", namespace: str = "default") -> str:
+def kubeconfig(server: str, ca_file: Path, token: str) -> str:
+    """The admin's kubeconfig (kubectl, helm, kubelet, the scheduler and the controllers use it)."""
     return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
         "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user, "namespace": namespace}}],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin", "namespace": "default"}}],
     })
 
 
