@@ -35,7 +35,7 @@ crash`` sets 1000). A summary line goes to stdout and, when LOGKEEPER_CRASH_REPO
 file, is appended there.
 
 Two things the engine rightly does, which this test once called losses (the failures were rare,
-seen under load; ``test_power_cut_checks.py`` keeps both as regression tests):
+seen under load; ``test_power_cut_checks.py`` keeps each as a regression test):
 
 - a roll makes the new segment's name durable before the old segment's tail is flushed (Kafka
   flushes it later, too), so a cut can lose that unpromised tail and keep the empty new segment:
@@ -62,7 +62,6 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,33 +69,26 @@ import pytest
 
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
-from logkeeper.log.manager import LogManager
-from logkeeper.log.manager_config import ManagerConfig
-from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import Scheduler
 from logkeeper.records.builder import Record, build_batch
-from logkeeper.records.reader import read_records
-from logkeeper.tools.verify import verify_path
+from tests.crash.powercut_checks import (
+    CLEANER_PROPS,
+    COMPACTED,
+    PARTITIONS,
+    Expected,
+    Figures,
+    check_image,
+    key_of,
+    open_manager,
+    value_of,
+)
 
 CUTS = int(os.environ.get("LOGKEEPER_POWER_CUTS", "20"))
 EPOCH = 12  # cuts in a row on the same disks before they start empty again (loads stay short)
 SEED = int(os.environ.get("LOGKEEPER_CRASH_SEED", "20261124"))
-PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
-              TopicPartition("cutms", 0), TopicPartition("cutc", 0)]
-NO_RETENTION = {2, 3, 4}  # indexes of PARTITIONS whose log start must stay 0
-COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
-KEYS = 17
-TOPIC_PROPS: dict[str, dict[str, Any]] = {
-    "cutfm": {"flush.messages": 1, "retention.bytes": -1},
-    "cutms": {"flush.ms": 0, "retention.bytes": -1},
-    "cutc": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01},
-}
-CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
-                 "log.cleaner.io.buffer.size": 64 * 1024}
 MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< PIPE_BUF)
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
-TEMP_SUFFIXES = (".tmp", ".cleaned", ".swap", ".deleted")
 
 try:  # mfusepy loads libfuse when imported: without it (or without mfusepy) the test is skipped
     from tests.crash.powercut_fs import Daemon, fuse_available
@@ -109,55 +101,6 @@ if _why_not is not None and os.environ.get("LOGKEEPER_REQUIRE_FUSE") == "1":
 pytestmark = [pytest.mark.skipif(_why_not is not None, reason=f"FUSE unusable here: {_why_not}"),
               # a cut takes about a second on 2 busy cores: the default 600 s is not enough for 1000
               pytest.mark.timeout(max(600, 5 * CUTS))]
-
-
-def manager_props(dirs: list[Path]) -> dict[str, Any]:
-    return {
-        "log.dirs": [str(d) for d in dirs],
-        "log.segment.bytes": 8 * 1024,  # many rolls
-        "log.index.size.max.bytes": 4 * 1024,
-        "log.index.interval.bytes": 512,  # index entries in every segment
-        "log.retention.bytes": 24 * 1024,
-        "log.retention.ms": -1,
-        "log.segment.delete.delay.ms": 20,
-        "log.initial.task.delay.ms": 0,
-        "log.retention.check.interval.ms": 30,
-        "log.flush.scheduler.interval.ms": 10,
-        "log.flush.offset.checkpoint.interval.ms": 15,
-        "log.flush.start.offset.checkpoint.interval.ms": 15,
-        "num.recovery.threads.per.data.dir": 1,
-    }
-
-
-def open_manager(dirs: list[Path], scheduler: Scheduler | None) -> LogManager:
-    """A started LogManager on ``dirs`` (its own scheduler thread when ``scheduler`` is None),
-    the topics' overrides in place BEFORE it starts, as the sidecar does (server/service.py): its
-    retention task runs at once, and with the overrides applied after the start the broker's
-    retention.bytes could delete segments of a topic that has none (found by ``make crash``:
-    "cutms-0 starts at 2027 without retention")."""
-    m = LogManager(ManagerConfig.from_props(manager_props(dirs)), scheduler=scheduler)
-    for topic, props in TOPIC_PROPS.items():
-        m.update_topic_config(topic, props)
-    m.startup()
-    return m
-
-
-def key_of(i: int, offset: int) -> bytes | None:
-    return str(offset % KEYS).encode() if i == COMPACTED else None
-
-
-def value_of(offset: int, child_id: int, repeat: int) -> bytes:
-    return f"{offset}.{child_id}|".encode() * repeat
-
-
-def parse_value(value: bytes | None) -> tuple[int, int] | None:
-    if not value:
-        return None
-    try:
-        offset, child_id = value.split(b"|", 1)[0].split(b".")
-        return int(offset), int(child_id)
-    except ValueError:
-        return None
 
 
 def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # pragma: no cover - child
@@ -204,47 +147,6 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
     time.sleep(3600)  # the cut comes
 
 
-@dataclass
-class Figures:
-    cuts: int = 0
-    torn_cuts: int = 0
-    productive: int = 0
-    promises: int = 0
-    records_checked: int = 0
-    records_lost: int = 0
-    superseded_after_promise: int = 0  # promised records the cleaner rightly dropped (check_compacted)
-    lost_bytes: int = 0
-    undone_dir_changes: int = 0
-    fsyncs: int = 0
-    dir_fsyncs: int = 0
-
-
-@dataclass
-class Expected:
-    """What the disks must hold: promised end offsets and, per offset, the child that wrote it."""
-
-    promised: dict[int, int] = field(default_factory=dict)
-    writer: dict[tuple[int, int], int] = field(default_factory=dict)  # (partition, offset) -> child id
-    # (partition, offset) -> the child whose promise covers it, when that child did not write it
-    # itself (it was on disk when the child started): its writer is learnt at the first check
-    older: dict[tuple[int, int], int] = field(default_factory=dict)
-    # (partition, offset) below a promise that was on no disk when the promising child started
-    gaps: set[tuple[int, int]] = field(default_factory=set)
-
-    def add(self, i: int, end: int, child_id: int, start_leo: int, found: list[tuple[int, int]]) -> None:
-        before = self.promised.get(i, 0)
-        if end <= before:
-            return
-        for offset in range(before, end):
-            if offset >= start_leo:
-                self.writer[(i, offset)] = child_id
-            elif any(base <= offset < nxt for base, nxt in found):
-                self.older.setdefault((i, offset), child_id)
-            else:
-                self.gaps.add((i, offset))
-        self.promised[i] = end
-
-
 def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon: Daemon, cut_seed: int,
               torn: bool, image_out: Path) -> tuple[list[tuple[int, int, int, int]], dict[str, Any]]:
     """Run a child on the mount, cut the power after ``delay_s``; return the messages seen before
@@ -289,147 +191,6 @@ def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon
                              f"{os.waitstatus_to_exitcode(status)}")
     whole = len(data) - len(data) % MSG.size
     return [MSG.unpack_from(data, k) for k in range(0, whole, MSG.size)], figures
-
-
-def check_record(i: int, rec: Any, expected: Expected, problems: list[str]) -> bool:
-    """Whether a record below the promise holds what was written at its offset (see ``Expected``)."""
-    tp = PARTITIONS[i]
-    got = parse_value(rec.value)
-    key = (i, rec.offset)
-    writer = expected.writer.get(key)
-    if got is None or got[0] != rec.offset or rec.key != key_of(i, rec.offset):
-        problems.append(f"{tp} offset {rec.offset} holds key {rec.key!r} value {rec.value!r}")
-        return False
-    if writer is not None and got[1] != writer:
-        problems.append(f"{tp} offset {rec.offset} holds the record of writer {got[1]}, "
-                        f"writer {writer} wrote the promised one")
-        return False
-    if writer is None:
-        covered_by = expected.older.pop(key, None)
-        expected.writer[key] = got[1]  # from now on it must stay that record
-        if covered_by is not None and got[1] >= covered_by:
-            problems.append(f"{tp} offset {rec.offset} holds a record of writer {got[1]}, "
-                            f"written after writer {covered_by} promised it")
-            return False
-    return True
-
-
-def read_from(m: LogManager, tp: TopicPartition, offset: int) -> tuple[list[Any], BaseException | None]:
-    try:
-        batch = m.read(tp, offset, 1 << 20).records
-    except Exception as e:  # a read failing is a lost record, named by the caller
-        return [], e
-    return [rec for rec in read_records(batch) if rec.offset >= offset] if batch else [], None
-
-
-def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
-                     problems: list[str]) -> None:
-    """Every offset from the log start up to the promise is there (except gaps no promise covered)."""
-    tp = PARTITIONS[i]
-    lg = m.get_log(tp)
-    assert lg is not None
-    offset = lg.log_start_offset
-    while offset < want:
-        if (i, offset) in expected.gaps:  # no promise covers it (see Expected.gaps)
-            # it may even run up to the promise with no record after it: a roll made the next
-            # segment's name durable, the old segment's unflushed tail was lost, and the log end
-            # offset recovered from the empty new segment is above the gap (as in Kafka)
-            offset += 1
-            continue
-        records, err = read_from(m, tp, offset)
-        if offset < want and (not records or records[0].offset != offset):
-            lost = want - offset
-            problems.append(f"{tp} offset {offset} unreadable ({err or 'no batch'}): {lost} promised "
-                            "records lost from there")
-            figures.records_lost += lost
-            return
-        for rec in records:
-            if rec.offset >= want:
-                break
-            while offset < rec.offset and (i, offset) in expected.gaps:
-                offset += 1
-            if rec.offset != offset:
-                problems.append(f"{tp} offset {offset} missing (the next record is {rec.offset})")
-                figures.records_lost += 1
-            figures.records_checked += 1
-            figures.records_lost += not check_record(i, rec, expected, problems)
-            offset = rec.offset + 1
-        offset = max(offset, records[-1].offset + 1)
-
-
-def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
-                    problems: list[str]) -> None:
-    """The records kept are the ones written; each key's last promised record is among them, or a
-    later record of that key is: between draining the promises and the cut the child goes on
-    appending (durable, unpromised records), rolling and cleaning, and the cleaner rightly drops
-    a promised record that such a record supersedes (found by ``make crash``: cut 21 of the
-    default seed lost 8 keys' promised records to their successors)."""
-    tp = PARTITIONS[i]
-    lg = m.get_log(tp)
-    assert lg is not None
-    present: set[int] = set()
-    newest: dict[bytes | None, int] = {}  # key -> its newest offset anywhere in the log
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        records, err = read_from(m, tp, offset)
-        if err is not None:
-            problems.append(f"{tp} offset {offset} unreadable: {err}")
-        if not records:
-            break
-        for rec in records:
-            if rec.offset < want:
-                present.add(rec.offset)
-                figures.records_checked += 1
-                figures.records_lost += not check_record(i, rec, expected, problems)
-            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
-                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
-                                f"value {rec.value!r}")
-                continue
-            newest[rec.key] = rec.offset
-        offset = records[-1].offset + 1
-    for key in range(KEYS):
-        last = want - 1 - (want - 1 - key) % KEYS  # the key's last offset below the promise
-        while last >= 0 and (i, last) in expected.gaps:
-            last -= KEYS
-        if last < 0 or last in present:
-            continue
-        if newest.get(str(key).encode(), -1) > last:
-            figures.superseded_after_promise += 1
-        else:
-            problems.append(f"{tp} key {key}: its last promised record, offset {last}, is gone "
-                            "and no later record of the key is there")
-            figures.records_lost += 1
-
-
-def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: str) -> None:
-    """Recover ``dirs`` with a fresh LogManager and check every promise (see the module doc)."""
-    m = open_manager(dirs, Scheduler())  # no thread: no task runs while the image is checked
-    problems: list[str] = []
-    try:
-        for i, tp in enumerate(PARTITIONS):
-            want = expected.promised.get(i, 0)
-            lg = m.get_log(tp)
-            if lg is None:
-                if want:
-                    problems.append(f"{tp} promised up to {want} is missing")
-                    figures.records_lost += want
-                continue
-            if lg.log_end_offset < want:
-                problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
-            if i in NO_RETENTION and lg.log_start_offset != 0:
-                problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
-            check = check_compacted if i == COMPACTED else check_contiguous
-            check(m, i, want, expected, figures, problems)
-        for d in dirs:
-            report = verify_path(d)
-            if not report.ok:
-                problems.append(f"verify {d}: " + "; ".join(map(str, report.problems[:5])))
-            left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES)]
-            if left:
-                problems.append(f"temporary files left in {d}: {left}")
-    finally:
-        m.shutdown()
-    assert not problems, f"{where}: " + "; ".join(problems[:8])
 
 
 def warm_up(tmp_path: Path) -> None:

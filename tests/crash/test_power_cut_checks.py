@@ -1,4 +1,4 @@
-"""The power-cut test's own checks (``test_power_cut.check_contiguous``) on logs built here: a
+"""The power-cut test's own checks (``powercut_checks.check_contiguous``) on logs built here: a
 check that reports a loss where there is none hides real losses in the noise, one that misses a
 loss proves nothing. No FUSE needed."""
 
@@ -16,7 +16,7 @@ from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.scheduler import Scheduler
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
-from tests.crash.test_power_cut import (
+from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
     KEYS,
