@@ -121,7 +121,9 @@ def test_spark_compact_without_the_extra_says_what_to_install(fx: Fixture, capsy
                  "--staging", str(staging)])
     out = capsys.readouterr().out
     assert code == 2 and not staging.exists()
-    assert "pyarrow is not installed" in out and "pip install 'logkeeper[spark]'" in out and "make spark" in out
+    # pyarrow alone here; without the extra installed at all (make test's venv) all three are named
+    assert re.search(r"pyarrow( is|.* are) not installed", out), out
+    assert "pip install 'logkeeper[spark]'" in out and "make spark" in out
     assert not CLASS_NAME.search(out)
 
 

@@ -88,7 +88,8 @@ def missing_extra() -> str | None:
     absent = [m for m in SPARK_EXTRA if importlib.util.find_spec(m) is None]
     if not absent:
         return None
-    return (f"the Spark job needs the spark extra, and {', '.join(absent)} is not installed. Install it with "
+    return (f"the Spark job needs the spark extra, and {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} "
+            "not installed. Install it with "
             "pip install 'logkeeper[spark]' (in a clone of the repository: make spark, or "
             ".venv/bin/pip install -c constraints.txt -e '.[dev,operator,spark]'); the job also needs a JDK 17.")
 
@@ -141,22 +142,25 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
 
     staging: Path = args.staging
+    try:
+        require_log_dir(args.log_dir, "spark-compact --log-dir")
+        conf = _pairs(args.conf, "conf")
+    except (UsageError, InvalidConfigError) as e:
+        out.write(f"logkeeper spark-compact: {e}\n")
+        return 2
+    # the extra looked for before anything is written or planned: planning a big backlog takes a
+    # while, and the user would learn only then that the job cannot run
     missing = missing_extra()
     if missing:
         out.write(f"logkeeper spark-compact: {missing}\n")
         return 2
     try:
-        require_log_dir(args.log_dir, "spark-compact --log-dir")
-        conf = _pairs(args.conf, "conf")
         staging.mkdir(parents=True, exist_ok=True)
-    except (UsageError, InvalidConfigError) as e:
-        out.write(f"logkeeper spark-compact: {e}\n")
-        return 2
     except OSError as e:
         out.write(f"logkeeper spark-compact: cannot create the staging directory {staging}: {e.strerror}\n")
         return 2
+    started = time.monotonic()
     try:
-        started = time.monotonic()
         plan = plan_from_args(args)
         maybe_crash("planned")
         plan_seconds = time.monotonic() - started
