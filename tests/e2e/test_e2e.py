@@ -73,6 +73,7 @@ spec:
     maxAttempts: 2
     cooldownSeconds: 3600
 """
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 # what step 6 and step 8 wrote to accounts-0, key -> last value; what step 9 wrote to events-0
 WRITTEN: dict[str, Any] = {"accounts": {}, "events": []}
 
@@ -294,10 +295,23 @@ def test_08_backlog_becomes_a_compaction_job_in_our_image(kubectl: Kubectl, env:
     done = wait_for(finished, 600, f"CompactionJob {name} to finish", every_s=3)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["submissionId"] == f"{name}-a1"
+    # the API conventions (issue 20): conditions with one reason, observedGeneration, RFC 3339 times
+    st = done["status"]
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert {t: (c["status"], c["reason"]) for t, c in conds.items()} == {
+        "Ready": ("True", "Succeeded"), "Progressing": ("False", "Succeeded"), "Failed": ("False", "Succeeded")}, conds
+    assert all(RFC3339.match(c["lastTransitionTime"]) and c["message"] for c in conds.values()), conds
+    assert st["observedGeneration"] == done["metadata"]["generation"], st
+    for key in ("startTime", "completionTime", "attemptStartTime"):
+        assert RFC3339.match(st[key]), (key, st)
+    assert st["startTime"] <= st["attemptStartTime"] <= st["completionTime"], st
+    # our finalizer is on unfinished CompactionJobs only: gone once it ended
+    wait_for(lambda: not kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)["metadata"].get("finalizers"),
+             60, f"CompactionJob {name}'s finalizer removed after it ended")
     job = kubectl.json("get", "job", f"{name}-a1", "-n", NAMESPACE)
     cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    # (under tini, the image's init, when the operator names the command itself)
-    assert cmd[cmd.index("logkeeper"):][:2] == ["logkeeper", "spark-compact"] and "--partition" in cmd, cmd
+    # under tini, the image's init (a Job's command replaces the entrypoint)
+    assert cmd[:4] == ["/usr/bin/tini", "--", "logkeeper", "spark-compact"] and "--partition" in cmd, cmd
     # the Job's pod ran on the node, in our image, and exited 0
     # (kubelet may report the pod's phase a moment after the Job controller counted its container)
     job_pods = wait_for(lambda: [p for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l",

@@ -1,0 +1,361 @@
+"""make e2e, after test_e2e.py (which ends with helm uninstall): the operator's lifecycle promises
+(issue 20) on the real node, with the operator in-cluster from the chart again. pytest runs this
+module after test_e2e.py (modules in name order, steps in file order; one session cluster).
+
+13. helm install again (reconcile.interval.seconds 10); a LogVolume on a static local PV Ready,
+    with no finalizer and no Warning event for its normal creation;
+14. drift repair: its StatefulSet, Service and ConfigMap deleted, then its ConfigMap changed: the
+    periodic reconcile restores them within the interval (measured) and says so in Normal
+    `Repaired` events;
+15. the operator's /metrics, fetched from its pod's IP on the node's bridge (the address the
+    metrics Service's EndpointSlice lists): logkeeper_operator_* series, leader 1, the repairs;
+16. CEL: `kubectl apply` of bad specs (a partition count that shrinks, and more) is refused at
+    once, naming the field;
+17. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
+    (its /metrics says leader 1, the other's 0); the leader pod deleted, then the next leader's
+    force-deleted: each time the standby takes the Lease (measured); then the leader's process
+    SIGKILLed: an operator leads again (measured);
+18. deletion never waits for the operator: with it scaled to 0, `kubectl delete logvolume
+    --timeout=60s` returns and the garbage collector removes the children;
+19. helm uninstall: nothing of ours left in the API (but the Lease and the key Secret, deleted as a
+    user would), no container on the node.
+
+The measured figures are printed (``issue-20 figures: ...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+from typing import Any
+
+from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
+from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, wait_for
+from .realnode import NODE_NAME, POD_SUBNET, RealNode
+
+CHART = REPO / "charts" / "logkeeper"
+LV, POD = "lifecycle", "lifecycle-0"
+LEASE = "logkeeper-operator-leader"  # names.LEASE_NAME
+METRICS_PORT = 8080  # the chart's operator.livenessPort
+RECONCILE_S = 10
+LEASE_S, RETRY_S = 15, 2  # the chart's lease.duration.seconds and lease.retry.seconds (kept)
+VALUES = f"""
+operator:
+  watchNamespaces: [{NAMESPACE}]
+  settings:
+    status.interval.seconds: 2
+    compaction.interval.seconds: 2
+    retry.delay.seconds: 3
+    reconcile.interval.seconds: {RECONCILE_S}
+"""
+LOGVOLUME = {
+    "apiVersion": "logkeeper.io/v1alpha1", "kind": "LogVolume", "metadata": {"name": LV, "namespace": NAMESPACE},
+    "spec": {"volumes": [{"id": "disk-0", "size": "1Gi", "deleteClaim": True}],
+             "topics": [{"name": "t", "partitions": 2}]},
+}
+CHILDREN = (("statefulset", LV), ("service", LV), ("configmap", f"{LV}-config"), ("secret", f"{LV}-token"),
+            ("networkpolicy", LV), ("pvc", f"{LV}-disk-0"), ("pod", POD))
+FIGURES: dict[str, float] = {}
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
+
+
+def lv_json(kubectl: Kubectl) -> dict[str, Any]:
+    return dict(kubectl.json("get", "logvolume", LV, "-n", NAMESPACE))
+
+
+def lv_ready(kubectl: Kubectl) -> bool:
+    """The LogVolume Ready and its StatefulSet's pod (not one being deleted) serving."""
+    pod = kubectl.json("get", "pod", POD, "-n", NAMESPACE)
+    return bool(condition(lv_json(kubectl), "Ready").get("status") == "True"
+                and not pod["metadata"].get("deletionTimestamp") and container_ready(pod, "sidecar"))
+
+
+def operator_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
+    """The operator's pods that are not being deleted."""
+    items = kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=logkeeper")["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready_operator_pods(kubectl: Kubectl, n: int) -> list[dict[str, Any]] | None:
+    pods = operator_pods(kubectl)
+    ready = [p for p in pods if container_ready(p, "operator") and p["status"].get("podIP")]
+    return ready if len(pods) == n and len(ready) == n else None
+
+
+def on_bridge(ip: str) -> str:
+    """``ip`` after checking it is a pod's on the node's bridge (no traffic leaves the node)."""
+    assert ip.startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), ip
+    return ip
+
+
+def metrics(ip: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of http://IP:8080/metrics (Prometheus text) as (name, labels, value)."""
+    with urllib.request.urlopen(f"http://{on_bridge(ip)}:{METRICS_PORT}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and not line.startswith("#"):
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def sample(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float | None:
+    """The sum of ``name``'s samples whose labels include ``labels``; None when there is none."""
+    found = [v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items())]
+    return sum(found) if found else None
+
+
+def leader_of(ip: str) -> float | None:
+    """logkeeper_operator_leader of the operator at ``ip``; None when it does not answer."""
+    try:
+        return sample(metrics(ip), "logkeeper_operator_leader")
+    except OSError:
+        return None
+
+
+def lease_holder(kubectl: Kubectl) -> str | None:
+    lease = kubectl.json("get", "lease", LEASE, "-n", RELEASE_NAMESPACE)
+    return (lease.get("spec") or {}).get("holderIdentity")
+
+
+def repaired(kubectl: Kubectl) -> dict[str, str]:
+    """The LogVolume's `Repaired` events, name -> message (each repair is a new event)."""
+    events = kubectl.json("get", "events", "-n", NAMESPACE, "--field-selector",
+                          f"involvedObject.name={LV},involvedObject.kind=LogVolume,reason=Repaired")["items"]
+    assert all(e["type"] == "Normal" for e in events), [(e["type"], e["message"]) for e in events]
+    return {e["metadata"]["name"]: e["message"] for e in events}
+
+
+def repaired_since(kubectl: Kubectl, before: dict[str, str]) -> set[str]:
+    return {m for name, m in repaired(kubectl).items() if name not in before}
+
+
+def timed_wait(check: Any, timeout_s: float, what: str, every_s: float = 0.5) -> float:
+    """Seconds until ``check`` holds (wait_for's bound and failure message)."""
+    t0 = time.monotonic()
+    wait_for(check, timeout_s, what, every_s=every_s)
+    return round(time.monotonic() - t0, 1)
+
+
+# ------------------------------------------------------------------------------------------ steps
+def test_13_operator_installed_again_and_a_logvolume_without_finalizers(helm: Helm, kubectl: Kubectl,
+                                                                         node: RealNode) -> None:
+    values = node.workdir / "values-lifecycle.yaml"
+    values.write_text(VALUES)
+    helm("install", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "-f", str(values), "--wait",
+         "--timeout", "300s")
+    wait_for(lambda: ready_operator_pods(kubectl, 1), 120, "the operator's pod Ready")
+    assert kubectl.exists("service", "logkeeper-metrics", RELEASE_NAMESPACE), "the chart's metrics Service"
+    pv = local_pv("e2e-lc-disk-0", node.workdir / "volumes" / "lc-disk-0", "1Gi", NODE_NAME,
+                  (NAMESPACE, f"{LV}-disk-0"))
+    kubectl("apply", "-f", "-", stdin=json.dumps(pv))
+    kubectl("apply", "-f", "-", stdin=json.dumps(LOGVOLUME))
+    wait_for(lambda: lv_ready(kubectl), 300, f"LogVolume {LV} Ready with its sidecar", every_s=2)
+    lv = lv_json(kubectl)
+    assert not lv["metadata"].get("finalizers"), lv["metadata"]  # deletion never waits for the operator
+    for kind, name in CHILDREN:
+        obj = kubectl.json("get", kind, name, "-n", NAMESPACE)
+        if kind != "pod":  # the pod is the StatefulSet's
+            assert [o["kind"] for o in obj["metadata"].get("ownerReferences") or []] == ["LogVolume"], (kind, obj)
+    warnings = kubectl.json("get", "events", "-n", NAMESPACE, "--field-selector",
+                            f"involvedObject.name={LV},type=Warning")["items"]
+    assert not warnings, [(e["reason"], e["message"]) for e in warnings]  # a normal create is no trouble
+    mark(f"helm install again (reconcile every {RECONCILE_S} s); LogVolume {LV} Ready, no finalizer, no Warning")
+
+
+def test_14_drift_is_repaired_within_the_interval(kubectl: Kubectl) -> None:
+    # settled (the handlers applied its generation): what the reconcile pass repairs
+    wait_for(lambda: (lv := lv_json(kubectl)).get("status", {}).get("observedGeneration")
+             == lv["metadata"]["generation"], 60, "status.observedGeneration current")
+    config = kubectl.json("get", "configmap", f"{LV}-config", "-n", NAMESPACE)["data"]
+    before = repaired(kubectl)
+    kubectl("delete", f"statefulset/{LV}", f"service/{LV}", f"configmap/{LV}-config", "-n", NAMESPACE)
+    gone = (("statefulset", LV), ("service", LV), ("configmap", f"{LV}-config"))
+    deleted_s = timed_wait(lambda: all(kubectl.exists(k, n, NAMESPACE) for k, n in gone), 3 * RECONCILE_S + 30,
+                           "the deleted StatefulSet, Service and ConfigMap made again by the periodic reconcile")
+    FIGURES["drift repair (deleted) s"] = deleted_s
+    assert deleted_s <= 2 * RECONCILE_S + 15, deleted_s
+    missing = {f"StatefulSet {LV} created (it was missing)", f"Service {LV} created (it was missing)",
+               f"ConfigMap {LV}-config created (it was missing)"}
+    wait_for(lambda: missing <= repaired_since(kubectl, before), 30, f"Normal Repaired events {sorted(missing)}")
+    assert kubectl.json("get", "configmap", f"{LV}-config", "-n", NAMESPACE)["data"] == config
+    wait_for(lambda: lv_ready(kubectl), 300, f"LogVolume {LV} Ready again (the StatefulSet's new pod)", every_s=2)
+    mark(f"drift: deleted StatefulSet, Service, ConfigMap back in {deleted_s} s (interval {RECONCILE_S} s)")
+
+    before = repaired(kubectl)
+    kubectl("patch", "configmap", f"{LV}-config", "-n", NAMESPACE, "--type=merge", "-p",
+            json.dumps({"data": {"config.yaml": "changed: by hand\n"}}))
+    changed_s = timed_wait(lambda: kubectl.json("get", "configmap", f"{LV}-config", "-n", NAMESPACE)["data"] == config,
+                           3 * RECONCILE_S + 30, "the changed ConfigMap changed back by the periodic reconcile")
+    FIGURES["drift repair (changed) s"] = changed_s
+    assert changed_s <= 2 * RECONCILE_S + 15, changed_s
+    restored = f"ConfigMap {LV}-config restored (it had been changed)"
+    wait_for(lambda: restored in repaired_since(kubectl, before), 30, f"a Normal Repaired event {restored!r}")
+    print("\n" + kubectl("get", "events", "-n", NAMESPACE, "--field-selector", "reason=Repaired").stdout)
+    mark(f"drift: changed ConfigMap restored in {changed_s} s")
+
+
+def test_15_operator_metrics_from_its_pod(kubectl: Kubectl) -> None:
+    slices = kubectl.json("get", "endpointslices", "-n", RELEASE_NAMESPACE, "-l",
+                          "kubernetes.io/service-name=logkeeper-metrics")["items"]
+    ips = [a for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
+           for a in e["addresses"]]
+    pods = operator_pods(kubectl)
+    assert ips == [pods[0]["status"]["podIP"]], (ips, [p["status"].get("podIP") for p in pods])
+    samples = metrics(ips[0])
+    names = {n for n, _, _ in samples}
+    for name in ("logkeeper_operator_reconciles_total", "logkeeper_operator_reconcile_duration_seconds_count",
+                 "logkeeper_operator_repairs_total", "logkeeper_operator_objects", "logkeeper_operator_leader"):
+        assert name in names, (name, sorted(names))
+    assert sample(samples, "logkeeper_operator_leader") == 1.0
+    for kind in ("StatefulSet", "Service", "ConfigMap"):  # step 14's repairs, counted
+        assert (sample(samples, "logkeeper_operator_repairs_total", kind=kind) or 0) >= 1, kind
+    assert (sample(samples, "logkeeper_operator_reconciles_total", kind="LogVolume", trigger="reconcile",
+                   result="ok") or 0) >= 1
+    assert (sample(samples, "logkeeper_operator_reconcile_duration_seconds_count", kind="LogVolume",
+                   trigger="status") or 0) >= 1
+    assert sample(samples, "logkeeper_operator_objects", kind="LogVolume") == 1.0  # this one LogVolume
+    shown = [f"{n}{lab} {v:g}" for n, lab, v in samples if n in (
+        "logkeeper_operator_leader", "logkeeper_operator_repairs_total", "logkeeper_operator_objects")]
+    print("\n" + "\n".join(shown))
+    mark(f"operator /metrics from its pod {ips[0]}: logkeeper_operator_* series, leader 1, repairs counted")
+
+
+def test_16_cel_rules_refuse_bad_specs_naming_the_field(kubectl: Kubectl) -> None:
+    def refused(obj: dict[str, Any]) -> str:
+        out = kubectl("apply", "-f", "-", stdin=json.dumps(obj), check=False)
+        assert out.returncode != 0, (obj, out.stdout)
+        return out.stderr
+
+    def bad(name: str, **spec: Any) -> dict[str, Any]:
+        return {**LOGVOLUME, "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {**LOGVOLUME["spec"], **spec}}
+
+    generation = lv_json(kubectl)["metadata"]["generation"]
+    shrink = refused(bad(LV, topics=[{"name": "t", "partitions": 1}]))
+    assert "spec.topics[0].partitions" in shrink and "cannot shrink" in shrink, shrink
+    cases = [
+        (bad("bad-volume", volumes=[{"id": "d0", "size": "1Gi", "existingClaim": "c"}]), "spec.volumes[0].size"),
+        (bad("bad-container", containers=[{"name": "sidecar", "image": "x"}]), "spec.containers"),
+        (bad("bad-scratch", spark={"scratch": {"size": "2Gi", "factor": 2}}), "spec.spark.scratch.factor"),
+        (bad("bad-master", spark={"mode": "local", "master": "k8s://https://x"}), "spec.spark.master"),
+        (bad("bad-listener", sidecar={"settings": {"kafka.listen": ["SSL://[$(POD_IP)]:9093"]}}),
+         "spec.sidecar.kafkaSecurity"),
+        (bad("1-starts-with-a-digit"), "at most 52 characters"),
+    ]
+    for obj, field in cases:
+        message = refused(obj)
+        assert field in message, (field, message)
+    lv = lv_json(kubectl)
+    assert lv["metadata"]["generation"] == generation and lv["spec"]["topics"] == LOGVOLUME["spec"]["topics"]
+    assert [i["metadata"]["name"] for i in kubectl.json("get", "logvolumes", "-n", NAMESPACE)["items"]] == [LV]
+    mark(f"CEL: {len(cases) + 1} bad specs refused by kubectl apply, each naming its field")
+
+
+def test_17_two_replicas_one_leader_and_hand_over(helm: Helm, kubectl: Kubectl, node: RealNode) -> None:
+    helm("upgrade", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
+         "--set", "operator.replicas=2", "--wait", "--timeout", "300s")
+    pods = wait_for(lambda: ready_operator_pods(kubectl, 2), 180, "two operator pods Ready", every_s=2)
+    holder = lease_holder(kubectl)
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+    assert holder in ips, (holder, ips)
+    wait_for(lambda: {n: leader_of(ip) for n, ip in ips.items()} == {n: float(n == holder) for n in ips}, 60,
+             f"leader 1 on {holder} only (the other stands by)")
+    print(kubectl("get", "pods,lease", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout)
+
+    # the leader's pod deleted (a drain, a rolling update): SIGTERM, the leader releases the Lease
+    t0 = time.monotonic()
+    kubectl("delete", "pod", holder, "-n", RELEASE_NAMESPACE, "--wait=false")
+    new = wait_for(lambda: (h := lease_holder(kubectl)) not in (None, holder) and h, 90,
+                   f"another replica holding the Lease after {holder} was deleted", every_s=0.5)
+    took = FIGURES["hand-over after delete (SIGTERM) s"] = round(time.monotonic() - t0, 1)
+    # the leader renews until it stops (at the latest when kubelet kills it after the pod's 30 s
+    # grace), then the Lease is released or expires (lease.duration) and a standby takes it
+    assert took <= 30 + LEASE_S + RETRY_S + 5, took
+    mark(f"leader pod {holder} deleted: {new} holds the Lease after {took} s")
+    pods = wait_for(lambda: ready_operator_pods(kubectl, 2), 180, "two operator pods Ready again", every_s=2)
+    holder = lease_holder(kubectl)
+    assert holder in {p["metadata"]["name"] for p in pods}, holder
+
+    # the leader's pod force-deleted (kubelet stops its container: SIGTERM, SIGKILL 2 s later)
+    t0 = time.monotonic()
+    kubectl("delete", "pod", holder, "-n", RELEASE_NAMESPACE, "--grace-period=0", "--force")
+    new = wait_for(lambda: (h := lease_holder(kubectl)) not in (None, holder) and h, 90,
+                   f"another replica holding the Lease after {holder} was force-deleted", every_s=0.5)
+    took = FIGURES["hand-over after force delete s"] = round(time.monotonic() - t0, 1)
+    # at most lease.duration + lease.retry (15 + 2 s, the chart's defaults) after the last renewal,
+    # which was before the deletion; a few seconds' slack for a loaded machine
+    assert took <= LEASE_S + RETRY_S + 8, took
+    assert new in {p["metadata"]["name"] for p in operator_pods(kubectl)}, new
+    wait_for(lambda: leader_of(kubectl.json("get", "pod", new, "-n", RELEASE_NAMESPACE)["status"]["podIP"]) == 1.0,
+             30, f"{new}'s /metrics saying leader 1")
+    acted = FIGURES["force delete to new leader's metrics s"] = round(time.monotonic() - t0, 1)
+    mark(f"leader pod {holder} force-deleted: {new} holds the Lease after {took} s (leader 1 at {acted} s)")
+
+    # the (new) leader's process SIGKILLed: a crash, no release; kubelet restarts the container
+    pods = wait_for(lambda: ready_operator_pods(kubectl, 2), 180, "two operator pods Ready again", every_s=2)
+    holder = lease_holder(kubectl)
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
+    leader_pod = next(p for p in pods if p["metadata"]["name"] == holder)
+    status = container_ready(leader_pod, "operator")
+    assert status is not None
+    info = json.loads(node.crictl("inspect", status["containerID"].split("://", 1)[1]).stdout)["info"]
+    t0 = time.monotonic()
+    os.kill(int(info["pid"]), signal.SIGKILL)
+    who = wait_for(lambda: next((n for n, ip in ips.items() if leader_of(ip) == 1.0), None), 90,
+                   f"an operator leading again after {holder}'s process was SIGKILLed", every_s=0.5)
+    crash = FIGURES["leading again after SIGKILL of the leader s"] = round(time.monotonic() - t0, 1)
+    assert crash <= LEASE_S + RETRY_S + 8, crash
+    assert lease_holder(kubectl) == who
+    pods = wait_for(lambda: ready_operator_pods(kubectl, 2), 180, "both operator pods Ready after the crash",
+                    every_s=2)
+    restarts = {p["metadata"]["name"]: (container_ready(p, "operator") or {}).get("restartCount", 0) for p in pods}
+    assert restarts[holder] >= 1, restarts
+    assert [n for n, ip in ips.items() if leader_of(ip) == 1.0] == [who]  # one leader
+    print(kubectl("get", "pods,lease", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout)
+    how = "its restarted container (same pod, same identity)" if who == holder else f"the standby {who}"
+    mark(f"leader process SIGKILLed: {how} leads after {crash} s")
+
+
+def test_18_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
+    t0 = time.monotonic()
+    kubectl("scale", "deployment", "logkeeper", "-n", RELEASE_NAMESPACE, "--replicas=0")
+    wait_for(lambda: not kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE)["items"], 120,
+             "the operator's pods gone (scaled to 0)", every_s=1)
+    FIGURES["operator pods gone after scale to 0 s"] = round(time.monotonic() - t0, 1)
+    assert not lv_json(kubectl)["metadata"].get("finalizers")
+    t0 = time.monotonic()
+    kubectl("delete", "logvolume", LV, "-n", NAMESPACE, "--wait=true", "--timeout=60s")
+    deleted = FIGURES["delete with the operator down s"] = round(time.monotonic() - t0, 1)
+    for kind, name in CHILDREN:
+        wait_for(lambda k=kind, n=name: not kubectl.exists(k, n, NAMESPACE), 120,
+                 f"{kind}/{name} removed by the garbage collector", every_s=2)
+    mark(f"operator at 0 replicas: kubectl delete logvolume returned in {deleted} s, its children collected")
+
+
+def test_19_uninstall_leaves_nothing(kubectl: Kubectl, helm: Helm, node: RealNode) -> None:
+    helm("uninstall", "logkeeper", "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+    kubectl("delete", "pv", "e2e-lc-disk-0", "--wait=true", "--timeout=60s")
+    # the operator's, not the chart's: the Lease (a reinstall takes it over) and the token key
+    kubectl("delete", "lease", LEASE, "-n", RELEASE_NAMESPACE)
+    kubectl("delete", "secret", "logkeeper-operator-key", "-n", NAMESPACE)
+    left = kubectl("get", "deploy,rs,sts,job,svc,cm,secret,sa,role,rolebinding,networkpolicy,pvc,lease,lkv,lkcp,lkcj",
+                   "-A", "-l", "app.kubernetes.io/instance=logkeeper", "-o", "name").stdout.split()
+    left += kubectl("get", "pv", "-o", "name").stdout.split()
+    assert not left, left
+    every = ["configmap/kube-root-ca.crt", "serviceaccount/default"]
+    for ns in (NAMESPACE, RELEASE_NAMESPACE):
+        objs = kubectl("get", "all,cm,secret,sa,role,rolebinding,networkpolicy,pvc,lease,lkv,lkcj", "-n", ns,
+                       "-o", "name").stdout.split()
+        assert sorted(objs) == every, (ns, objs)
+    wait_for(lambda: not node.crictl("ps", "-q").stdout.strip() and
+             not node.crictl("pods", "--state", "ready", "-q").stdout.strip(), 120,
+             "no container or pod sandbox running on the node")
+    node.check_alive()
+    print("\nissue-20 figures:", json.dumps(FIGURES))
+    mark("helm uninstall again: nothing left in the API or on the node")
