@@ -36,6 +36,7 @@ from typing import Any
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
 from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, wait_for
 from .realnode import NODE_NAME, POD_SUBNET, RealNode
+from .test_e2e import VALUES as E2E_VALUES
 
 CHART = REPO / "charts" / "logkeeper"
 LV, POD = "lifecycle", "lifecycle-0"
@@ -43,15 +44,8 @@ LEASE = "logkeeper-operator-leader"  # names.LEASE_NAME
 METRICS_PORT = 8080  # the chart's operator.livenessPort
 RECONCILE_S = 10
 LEASE_S, RETRY_S = 15, 2  # the chart's lease.duration.seconds and lease.retry.seconds (kept)
-VALUES = f"""
-operator:
-  watchNamespaces: [{NAMESPACE}]
-  settings:
-    status.interval.seconds: 2
-    compaction.interval.seconds: 2
-    retry.delay.seconds: 3
-    reconcile.interval.seconds: {RECONCILE_S}
-"""
+# test_e2e.py's operator settings, with drift repair every RECONCILE_S
+VALUES = E2E_VALUES + f"    reconcile.interval.seconds: {RECONCILE_S}\n"
 LOGVOLUME = {
     "apiVersion": "logkeeper.io/v1alpha1", "kind": "LogVolume", "metadata": {"name": LV, "namespace": NAMESPACE},
     "spec": {"volumes": [{"id": "disk-0", "size": "1Gi", "deleteClaim": True}],
