@@ -102,12 +102,18 @@ class Elector:
         except ApiError as e:
             log.warning("leader election: Lease not released (%s); a standby takes over when it expires", e)
 
-    async def acquire(self) -> None:
-        """Wait until this replica leads."""
+    async def acquire(self, stop: asyncio.Event) -> bool:
+        """Wait until this replica leads (True) or ``stop`` is set (False)."""
         log.info("leader election: %s waits for Lease %s/%s", self.identity, self.namespace, LEASE_NAME)
-        while not await asyncio.to_thread(self.try_lead):
-            await asyncio.sleep(self.retry_s)
-        log.info("leader election: %s leads", self.identity)
+        while not stop.is_set():
+            if await asyncio.to_thread(self.try_lead):
+                log.info("leader election: %s leads", self.identity)
+                return True
+            try:
+                await asyncio.wait_for(stop.wait(), self.retry_s)
+            except TimeoutError:
+                pass
+        return False
 
     async def keep(self, stop: asyncio.Event) -> bool:
         """Renew until ``stop``; False (and ``stop`` set) when the Lease was lost."""

@@ -30,6 +30,7 @@ from .names import (
     CLEANERPOLICY,
     KEY_SECRET,
     LOGVOLUME,
+    SIDECAR_CONTAINER,
     pod_name,
 )
 from .render import render_config, restart_hash, topic_actions
@@ -165,7 +166,8 @@ def pod_state(pod: Mapping[str, Any] | None) -> PodState:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
     if pod["metadata"].get("deletionTimestamp"):
         return PodState(True, "Terminating", False, None, "the pod is being replaced")
-    return PodState(True, st.get("phase"), ready, st.get("podIP"), st.get("message"))
+    started = any(c.get("name") == SIDECAR_CONTAINER and c.get("started") for c in st.get("containerStatuses") or [])
+    return PodState(True, st.get("phase"), ready, st.get("podIP"), st.get("message"), started)
 
 
 def token_of(kube: Kube, namespace: str, lv: str) -> str:
@@ -236,7 +238,7 @@ def poll_logvolume(kube: Kube, body: Mapping[str, Any]) -> PollResult | None:
                     events.append(Event("Normal", "TopicChanged", f"applied live: {change}"))
         except SidecarError as e:
             error = str(e)
-    status, cond_events = build_status(doc, pod, meta.get("generation"), st.get("conditions"), now_iso(), error,
+    status, cond_events = build_status(doc, pod, st.get("conditions"), now_iso(), error,
                                        st.get("lastSeenTime"))
     return PollResult(status, cond_events + events, spec, doc)
 

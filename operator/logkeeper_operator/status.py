@@ -3,7 +3,8 @@ pod's state in, the resource's status and the events of its state changes out. P
 passed in.
 
     status:
-      observedGeneration: 3
+      observedGeneration: 3  (written by the change handlers only, once they applied that generation:
+                              the periodic reconcile repairs only what a settled spec owns)
       conditions:            Ready, Cleaning, Degraded: {type, status, reason, message, lastTransitionTime}
       summary:               {partitions, compacted, cleaning, maxDirtyRatio, backlogs, offlineDirs,
                               offlinePartitions, uncleanable, sizeBytes}  (the printer columns read these)
@@ -49,6 +50,9 @@ class PodState:
     ready: bool = False
     ip: str | None = None
     message: str | None = None
+    # the sidecar container has passed its startup probe (containerStatuses[].started); until
+    # then a sidecar that does not answer is starting, not unreachable
+    started: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,12 @@ def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None,
         reason = "PodPending" if pod.phase in (None, "Pending", "Terminating") else "PodNotRunning"
         return condition(READY, False, reason, f"the pod is {pod.phase or 'pending'}"
                          + (f": {pod.message}" if pod.message else ""))
+    if sidecar is None and not (pod.started or pod.ready):
+        # a new container (a create, a roll, a restart) whose HTTP server is not up yet
+        return condition(READY, False, "SidecarStarting",
+                         f"the sidecar is starting (/v1/status: {error or 'no answer'})")
     if sidecar is None:
-        # the pod runs but its sidecar does not answer: what the status says may be stale
+        # the pod runs, its sidecar started and now does not answer: what the status says may be stale
         seen = f"; the status below is from {last_seen}" if last_seen else "; never seen"
         return condition(READY, None, "SidecarUnreachable", f"/v1/status: {error or 'no answer'}{seen}")
     if not sidecar.get("ready"):
@@ -146,14 +154,14 @@ def _ready(pod: PodState, sidecar: Mapping[str, Any] | None, error: str | None,
     return condition(READY, True, "SidecarReady", "the sidecar serves its logs")
 
 
-def build_status(sidecar: Mapping[str, Any] | None, pod: PodState, generation: int | None,
+def build_status(sidecar: Mapping[str, Any] | None, pod: PodState,
                  old_conditions: Sequence[Mapping[str, Any]] | None, now: str,
                  error: str | None = None, last_seen: str | None = None) -> tuple[dict[str, Any], list[Event]]:
     """The status patch and the events to raise. ``sidecar``: the /v1/status document, or None
     when it could not be read (``error`` says why; ``last_seen``: the status's lastSeenTime, kept
     with the rest of what was last seen: a merge patch leaves the keys it does not name)."""
     ready = _ready(pod, sidecar, error, last_seen)
-    status: dict[str, Any] = {"observedGeneration": generation}
+    status: dict[str, Any] = {}
     if sidecar is None:
         cleaning = condition(CLEANING, False, "Unknown", "no status from the sidecar")
         degraded = condition(DEGRADED, False, "Unknown", "no status from the sidecar")

@@ -204,18 +204,35 @@ def _until(check: Any, timeout_s: float) -> float:
     return time.monotonic() - started
 
 
+def _holder(api: Any) -> str | None:
+    """The pod name of the Lease's holder (identity: POD_NAME '_' a per-process suffix)."""
+    from logkeeper_operator.names import LEASE_NAME
+    lease = api.get("coordination.k8s.io/v1", "Lease", "apps", LEASE_NAME) or {}
+    who = (lease.get("spec") or {}).get("holderIdentity")
+    return str(who).rsplit("_", 1)[0] if who else None
+
+
+def _stopped(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, float]:
+    """``p``'s exit status and how long it took to exit after SIGTERM."""
+    t0 = time.monotonic()
+    p.terminate()
+    return p.wait(timeout_s), time.monotonic() - t0
+
+
 def test_operator_processes_lead_repair_and_hand_over(api: Any) -> None:
-    """Two operator processes (kopf and the loops, as the chart runs them): one leads, a LogVolume
-    gets its children and no finalizer, a deleted StatefulSet comes back within the reconcile
-    interval, and the standby takes over when the leader is killed."""
+    """Operator processes (kopf and the loops, as the chart runs them): one leads, a LogVolume gets
+    its children and no finalizer, a deleted StatefulSet comes back within the reconcile interval;
+    the leader stopped by SIGTERM releases the Lease and the standby leads at its next try; a
+    standby stops at once on SIGTERM; a SIGKILLed leader's Lease is taken after it expires."""
     lease_s = LEASE_S
-    ports = (_port(), _port())
-    first = _operator(api, ports[0], lease_s, "op-a")
-    second = None
+    ports = (_port(), _port(), _port(), _port())
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        procs.append(_operator(api, ports[0], lease_s, "op-a"))
         _until(lambda: _metric(ports[0], "logkeeper_operator_leader") == 1.0, 60)
-        second = _operator(api, ports[1], lease_s, "op-b")
+        procs.append(_operator(api, ports[1], lease_s, "op-b"))
         _until(lambda: _metric(ports[1], "logkeeper_operator_leader") == 0.0, 60)  # up, standing by
+        assert _holder(api) == "op-a"
         assert _create(api, _lv("live")) == ""
         _until(lambda: api.get("apps/v1", "StatefulSet", "apps", "live") is not None, 60)
         lv = api.get("logkeeper.io/v1alpha1", "LogVolume", "apps", "live")
@@ -225,18 +242,40 @@ def test_operator_processes_lead_repair_and_hand_over(api: Any) -> None:
         api.delete("apps/v1", "StatefulSet", "apps", "live")
         repair_s = _until(lambda: api.get("apps/v1", "StatefulSet", "apps", "live") is not None, 30)
         assert repair_s <= 5 + 5  # the reconcile interval, plus a pass
-        first.kill()  # SIGKILL: no release
+
+        # SIGTERM (a pod deletion, a rolling update): the leader stops, releases, exits 0; the
+        # standby takes the Lease at its next try, long before the Lease would have expired.
+        # Regression: kopf cancelled the passes and the release at its shutdown, the Lease expired.
+        rc, exit_s = _stopped(procs[0], 30)
+        handed_s = _until(lambda: _holder(api) == "op-b", 3 * lease_s)  # after the leader exited
+        assert rc == 0 and exit_s < lease_s, (rc, exit_s)
+        assert handed_s < lease_s, handed_s
+        _until(lambda: _metric(ports[1], "logkeeper_operator_leader") == 1.0, 10)
+
+        # a standby stops at once on SIGTERM (regression: it ignored SIGTERM while waiting)
+        procs.append(_operator(api, ports[2], lease_s, "op-c"))
+        _until(lambda: _metric(ports[2], "logkeeper_operator_leader") == 0.0, 60)
+        rc, standby_exit_s = _stopped(procs[2], 30)
+        assert rc == 0 and standby_exit_s < 5, (rc, standby_exit_s)
+
+        # SIGKILL: no release; a new process (here: a new candidate, as a restarted container
+        # is: its identity is new) leads only once the Lease expired
+        procs.append(_operator(api, ports[3], lease_s, "op-b"))  # the same pod name, restarted
+        _until(lambda: _metric(ports[3], "logkeeper_operator_leader") == 0.0, 60)
+        procs[1].kill()
         killed = time.monotonic()
-        _until(lambda: _metric(ports[1], "logkeeper_operator_leader") == 1.0, 3 * lease_s + 10)
-        hand_over_s = time.monotonic() - killed
-        assert hand_over_s <= lease_s + RETRY_S + 3, hand_over_s  # lease + retry, plus slack for a loaded machine
-        print(f"drift repair {repair_s:.1f} s (interval 5 s); hand-over after SIGKILL {hand_over_s:.1f} s "
-              f"(lease {lease_s:g} s, renew {lease_s / 3:g} s, retry {RETRY_S:g} s)")
+        _until(lambda: _metric(ports[3], "logkeeper_operator_leader") == 1.0, 3 * lease_s + 10)
+        kill_s = time.monotonic() - killed
+        assert lease_s / 3 <= kill_s <= lease_s + RETRY_S + 3, kill_s  # after expiry (renewed <= renew_s ago)
+        print(f"drift repair {repair_s:.1f} s (interval 5 s); SIGTERM: leader exited in {exit_s:.1f} s, standby "
+              f"leads {handed_s:.1f} s after it exited; standby exits in {standby_exit_s:.1f} s; after SIGKILL "
+              f"a new candidate leads in {kill_s:.1f} s (lease {lease_s:g} s, renew {lease_s / 3:g} s, "
+              f"retry {RETRY_S:g} s)")
         api.delete("logkeeper.io/v1alpha1", "LogVolume", "apps", "live")
         assert api.get("logkeeper.io/v1alpha1", "LogVolume", "apps", "live") is None  # gone at once
     finally:
-        for p in (first, second):
-            if p is not None and p.poll() is None:
+        for p in procs:
+            if p.poll() is None:
                 p.terminate()
                 try:
                     p.wait(20)

@@ -79,6 +79,30 @@ def test_drift_pass_leaves_unsettled_and_refused_logvolumes_to_the_handlers() ->
     assert ("StatefulSet", "ns", "orders") not in kube.objects
 
 
+def test_a_new_logvolume_is_no_drift() -> None:
+    """Regression (issue 20, the real node): a status pass that ran before the create handler wrote
+    observedGeneration, so the next reconcile pass took the new LogVolume as settled, created its
+    children and reported each as "created (it was missing)"."""
+    kube = FakeKube()
+    body = lv_body()
+    del body["status"]
+    kube.put(body)
+    periodic.status_pass(kube, ["ns"])  # no pod yet: PodMissing
+    assert "observedGeneration" not in kube.get("logkeeper.io/v1alpha1", "LogVolume", "ns", "orders")["status"]
+    periodic.reconcile_pass(kube, ["ns"])
+    assert kube.get("apps/v1", "StatefulSet", "ns", "orders") is None  # the handler's to create
+    assert [e for e in kube.list("v1", "Event", "ns") if e["reason"] == "Repaired"] == []
+
+
+def test_pod_state_reads_whether_the_sidecar_started() -> None:
+    pod = {"metadata": {"name": "orders-0"},
+           "status": {"phase": "Running", "podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "False"}],
+                      "containerStatuses": [{"name": "sidecar", "started": False}]}}
+    assert not reconcile.pod_state(pod).started
+    pod["status"]["containerStatuses"][0]["started"] = True
+    assert reconcile.pod_state(pod).started
+
+
 def test_kopfs_old_finalizer_is_stripped() -> None:
     kube = FakeKube()
     kube.put(lv_body(finalizers=[KOPF_FINALIZER, "someone.else/keep"]))

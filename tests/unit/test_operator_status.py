@@ -34,8 +34,10 @@ def cond(status: dict[str, Any], t: str) -> dict[str, Any]:
 
 
 def test_healthy_cleaning() -> None:
-    st, events = build_status(sidecar(), RUNNING, 4, None, "T1")
-    assert st["observedGeneration"] == 4
+    st, events = build_status(sidecar(), RUNNING, None, "T1")
+    # the handlers' (once they applied the spec): a status pass before them must not make the
+    # periodic reconcile take the LogVolume as settled
+    assert "observedGeneration" not in st
     assert st["summary"] == {"partitions": 3, "compacted": 2, "cleaning": 1, "maxDirtyRatio": "0.70", "backlogs": 0,
                              "offlineDirs": 0, "offlinePartitions": 0, "uncleanable": 0,
                              "sizeBytes": 300}
@@ -61,7 +63,7 @@ def test_degraded_offline_uncleanable_backlog() -> None:
                                                                          "passes": 3, "dirty_bytes": 1,
                                                                          "recopied_bytes": 2})],
                   cleaner={"threads": 2, "alive_threads": 1})
-    st, events = build_status(doc, RUNNING, 1, None, "T1")
+    st, events = build_status(doc, RUNNING, None, "T1")
     deg = cond(st, "Degraded")
     assert deg["status"] == "True" and deg["reason"] == "OfflineDirectories"
     assert "uncleanable: a-0 (corrupt)" in deg["message"] and "1 of 2 cleaner threads" in deg["message"]
@@ -75,23 +77,23 @@ def test_degraded_offline_uncleanable_backlog() -> None:
 
 
 def test_pod_and_sidecar_not_there() -> None:
-    st, _ = build_status(None, PodState(False), 1, None, "T")
+    st, _ = build_status(None, PodState(False), None, "T")
     assert cond(st, "Ready")["reason"] == "PodMissing" and st["cleaningState"] == "unknown"
-    st, _ = build_status(None, PodState(True, "Pending"), 1, None, "T")
+    st, _ = build_status(None, PodState(True, "Pending"), None, "T")
     assert cond(st, "Ready")["reason"] == "PodPending"
-    st, _ = build_status(None, PodState(True, "Failed"), 1, None, "T")
+    st, _ = build_status(None, PodState(True, "Failed"), None, "T")
     assert cond(st, "Ready")["reason"] == "PodNotRunning"
-    st, _ = build_status(None, RUNNING, 1, None, "T", error="connection refused")
+    st, _ = build_status(None, RUNNING, None, "T", error="connection refused")
     assert cond(st, "Ready")["reason"] == "SidecarUnreachable" and "refused" in cond(st, "Ready")["message"]
-    st, _ = build_status(sidecar(ready=False), RUNNING, 1, None, "T")
+    st, _ = build_status(sidecar(ready=False), RUNNING, None, "T")
     assert cond(st, "Ready")["reason"] == "SidecarStarting"
 
 
 def test_transition_times_and_events() -> None:
-    first, _ev1 = build_status(sidecar(), RUNNING, 1, None, "T1")
-    again, ev2 = build_status(sidecar(), RUNNING, 1, first["conditions"], "T2")
+    first, _ev1 = build_status(sidecar(), RUNNING, None, "T1")
+    again, ev2 = build_status(sidecar(), RUNNING, first["conditions"], "T2")
     assert ev2 == [] and cond(again, "Ready")["lastTransitionTime"] == "T1"
-    down, ev3 = build_status(None, RUNNING, 1, again["conditions"], "T3", error="x")
+    down, ev3 = build_status(None, RUNNING, again["conditions"], "T3", error="x")
     assert cond(down, "Ready")["lastTransitionTime"] == "T3"
     assert [(e.type, e.reason) for e in ev3 if e.reason == "SidecarUnreachable"] == [("Warning", "SidecarUnreachable")]
     assert cond(down, "Ready")["status"] == "Unknown"
@@ -99,7 +101,7 @@ def test_transition_times_and_events() -> None:
 
 
 def test_invalid_status_keeps_other_conditions() -> None:
-    ok, _ = build_status(sidecar(), RUNNING, 1, None, "T1")
+    ok, _ = build_status(sidecar(), RUNNING, None, "T1")
     bad, events = invalid_status("spec.x: nope", 2, ok["conditions"], "T2")
     assert cond(bad, "Ready") == {"type": "Ready", "status": "False", "reason": "InvalidSpec",
                                   "message": "spec.x: nope", "lastTransitionTime": "T2"}
@@ -113,26 +115,42 @@ def test_a_normal_start_raises_no_warning() -> None:
     """Reconciling, the pod missing then pending, the sidecar starting, then ready: Normal events only."""
     conds: Any = None
     seen: list[tuple[str, str]] = []
-    for doc, pod in ((None, PodState(False)), (None, PodState(True, "Pending")), (sidecar(ready=False), RUNNING),
-                     (sidecar(), RUNNING)):
-        st, events = build_status(doc, pod, 1, conds, "T")
+    booting = PodState(True, "Running", False, "10.0.0.1")  # its startup probe not passed yet
+    for doc, pod in ((None, PodState(False)), (None, PodState(True, "Pending")), (None, booting),
+                     (sidecar(ready=False), RUNNING), (sidecar(), RUNNING)):
+        st, events = build_status(doc, pod, conds, "T", error="connection refused")
         conds = st["conditions"]
         seen += [(e.type, e.reason) for e in events]
     assert {t for t, _ in seen} == {"Normal"}, seen
     _, events = invalid_status("children applied", 1, None, "T", reason="Reconciling")
     assert [e.type for e in events] == ["Normal"]
     # trouble is a Warning: a failed pod, a refused spec
-    _, events = build_status(None, PodState(True, "Failed"), 1, conds, "T")
+    _, events = build_status(None, PodState(True, "Failed"), conds, "T")
     assert ("Warning", "PodNotRunning") in {(e.type, e.reason) for e in events}
 
 
 def test_an_unreachable_sidecar_marks_the_status_stale_with_the_last_seen_time() -> None:
-    seen, _ = build_status(sidecar(), RUNNING, 1, None, "2030-01-01T00:00:00Z")
+    seen, _ = build_status(sidecar(), RUNNING, None, "2030-01-01T00:00:00Z")
     assert seen["lastSeenTime"] == "2030-01-01T00:00:00Z"
-    stale, _ = build_status(None, RUNNING, 1, seen["conditions"], "2030-01-01T00:05:00Z", error="timed out",
+    stale, _ = build_status(None, RUNNING, seen["conditions"], "2030-01-01T00:05:00Z", error="timed out",
                             last_seen=seen["lastSeenTime"])
     ready = cond(stale, "Ready")
     assert ready["status"] == "Unknown" and ready["reason"] == "SidecarUnreachable"
     assert "2030-01-01T00:00:00Z" in ready["message"]
     # the last seen figures are left as they were (the merge patch names none of them)
     assert "summary" not in stale and "lastSeenTime" not in stale and "partitions" not in stale
+
+
+def test_a_sidecar_not_answering_before_its_startup_probe_passed_is_starting() -> None:
+    """Regression (issue 20, a fresh-clone make e2e): a status pass that found the new pod Running
+    before its sidecar listened warned SidecarUnreachable "never seen"."""
+    booting = PodState(True, "Running", False, "10.0.0.1", started=False)
+    st, events = build_status(None, booting, None, "T1", error="connection refused")
+    ready = cond(st, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "SidecarStarting") and "refused" in ready["message"]
+    assert [e.type for e in events if e.reason == "SidecarStarting"] == ["Normal"]
+    # started (its /healthz answered) and silent now: trouble, even when it was never seen
+    up = PodState(True, "Running", False, "10.0.0.1", started=True)
+    st, events = build_status(None, up, st["conditions"], "T2", error="timed out")
+    assert cond(st, "Ready")["reason"] == "SidecarUnreachable"
+    assert ("Warning", "SidecarUnreachable") in {(e.type, e.reason) for e in events}
