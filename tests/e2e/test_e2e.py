@@ -94,18 +94,18 @@ def sidecar_ready(kubectl: Kubectl, min_restarts: int = 0) -> dict[str, Any] | N
     return container_ready(pod(kubectl), "sidecar", min_restarts)
 
 
-def through_service(kubectl: Kubectl) -> Sidecar:
+def through_service(kubectl: Kubectl, lv: str = LV) -> Sidecar:
     """The sidecar's API through its (headless) Service: the ready address its EndpointSlice lists,
     which is what cluster DNS would answer for the Service's name (there is no DNS server here)."""
     def address() -> str | None:
-        slices = kubectl.json("get", "endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={LV}")
+        slices = kubectl.json("get", "endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={lv}")
         ready = [a for s in slices["items"] for e in s.get("endpoints") or []
                  if (e.get("conditions") or {}).get("ready") for a in e["addresses"]]
         return ready[0] if len(ready) == 1 else None
 
-    ip = wait_for(address, 120, f"one ready endpoint of Service {LV}")
+    ip = wait_for(address, 120, f"one ready endpoint of Service {lv}")
     assert ip.startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), ip
-    secret = kubectl.json("get", "secret", f"{LV}-token", "-n", NAMESPACE)
+    secret = kubectl.json("get", "secret", f"{lv}-token", "-n", NAMESPACE)
     return Sidecar(f"http://{ip}:{SIDECAR_PORT}", base64.b64decode(secret["data"]["token"]).decode())
 
 

@@ -3,21 +3,28 @@
 module after test_e2e.py (modules in name order, steps in file order; one session cluster).
 
 13. helm install again (reconcile.interval.seconds 10); a LogVolume on a static local PV Ready,
-    with no finalizer and no Warning event for its normal creation;
+    with no finalizer, no Warning event and no Repaired event for its normal creation;
 14. drift repair: its StatefulSet, Service and ConfigMap deleted, then its ConfigMap changed: the
     periodic reconcile restores them within the interval (measured) and says so in Normal
     `Repaired` events;
 15. the operator's /metrics, fetched from its pod's IP on the node's bridge (the address the
     metrics Service's EndpointSlice lists): logkeeper_operator_* series, leader 1, the repairs;
+    the chart's ServiceMonitor (its CRD stood in for prometheus-operator's) selects that Service's
+    port and path;
 16. CEL: `kubectl apply` of bad specs (a partition count that shrinks, and more) is refused at
     once, naming the field;
-17. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
-    (its /metrics says leader 1, the other's 0); the leader pod deleted, then the next leader's
-    force-deleted: each time the standby takes the Lease (measured); then the leader's process
-    SIGKILLed: an operator leads again (measured);
-18. deletion never waits for the operator: with it scaled to 0, `kubectl delete logvolume
-    --timeout=60s` returns and the garbage collector removes the children;
-19. helm uninstall: nothing of ours left in the API (but the Lease and the key Secret, deleted as a
+17. CompactionJobs: a backlog's Job asking for more CPU than the node has is Progressing=False
+    Unschedulable with the scheduler's message; deleting the CompactionJob deletes its Job and the
+    sidecar removes the hand-off's staging; a quota refusing the next attempt's pod is
+    AdmissionRejected with the FailedCreate event; lifted, the job succeeds and is deleted after
+    the CleanerPolicy's ttlSecondsAfterFinished;
+18. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
+    (its /metrics says leader 1, the other's 0); the leader pod deleted (released on SIGTERM), then
+    the next leader's force-deleted: each time the standby takes the Lease (measured); then the
+    leader's process SIGKILLed: an operator leads again once the Lease expired (measured);
+19. deletion never waits for the operator: scaled to 0, its pods exit on SIGTERM; `kubectl delete
+    logvolume --timeout=60s` returns and the garbage collector removes the children;
+20. helm uninstall: nothing of ours left in the API (but the Lease and the key Secret, deleted as a
     user would), no container on the node.
 
 The measured figures are printed (``issue-20 figures: ...``).
@@ -31,12 +38,14 @@ import re
 import signal
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
 from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, wait_for
 from .realnode import NODE_NAME, POD_SUBNET, RealNode
 from .test_e2e import VALUES as E2E_VALUES
+from .test_e2e import through_service
 
 CHART = REPO / "charts" / "logkeeper"
 LV, POD = "lifecycle", "lifecycle-0"
@@ -54,6 +63,18 @@ LOGVOLUME = {
 CHILDREN = (("statefulset", LV), ("service", LV), ("configmap", f"{LV}-config"), ("secret", f"{LV}-token"),
             ("networkpolicy", LV), ("pvc", f"{LV}-disk-0"), ("pod", POD))
 FIGURES: dict[str, float] = {}
+# step 17: a policy that hands a small backlog to Spark (test_e2e.py's), retries a failed hand-off
+# after 2 s and deletes a finished CompactionJob 5 s after it ended
+JOBS_POLICY = "lc-jobs"
+JOBS_POLICY_YAML = {"apiVersion": "logkeeper.io/v1alpha1", "kind": "CleanerPolicy",
+                    "metadata": {"name": JOBS_POLICY, "namespace": NAMESPACE},
+                    "spec": {"cleaner": {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": 300,
+                                         "log.cleaner.dedupe.buffer.size": 24576,
+                                         "log.cleaner.uncleanable.retry.initial.ms": 2000,
+                                         "log.cleaner.uncleanable.retry.max.ms": 2000},
+                             "compactionJobs": {"ttlSecondsAfterFinished": 5}}}
+BACKLOG_TOPIC = {"name": "acc", "partitions": 1, "configs": {"cleanup.policy": ["compact"], "segment.bytes": 16384,
+                                                             "min.cleanable.dirty.ratio": 0.01}}
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
 
 
@@ -86,9 +107,9 @@ def on_bridge(ip: str) -> str:
     return ip
 
 
-def metrics(ip: str) -> list[tuple[str, dict[str, str], float]]:
-    """The samples of http://IP:8080/metrics (Prometheus text) as (name, labels, value)."""
-    with urllib.request.urlopen(f"http://{on_bridge(ip)}:{METRICS_PORT}/metrics", timeout=5) as r:
+def metrics(ip: str, port: int = METRICS_PORT, path: str = "/metrics") -> list[tuple[str, dict[str, str], float]]:
+    """The samples of http://IP:PORT/PATH (Prometheus text) as (name, labels, value)."""
+    with urllib.request.urlopen(f"http://{on_bridge(ip)}:{port}{path}", timeout=5) as r:
         text = r.read().decode()
     out = []
     for line in text.splitlines():
@@ -200,7 +221,19 @@ def test_14_drift_is_repaired_within_the_interval(kubectl: Kubectl) -> None:
     mark(f"drift: changed ConfigMap restored in {changed_s} s")
 
 
-def test_15_operator_metrics_from_its_pod(kubectl: Kubectl) -> None:
+# prometheus-operator's ServiceMonitor kind, only as far as the API server needs it to store the
+# chart's ServiceMonitor (no Prometheus runs here: step 15 scrapes what the ServiceMonitor selects)
+SERVICEMONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+             "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor",
+                       "listKind": "ServiceMonitorList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def test_15_operator_metrics_from_its_pod(kubectl: Kubectl, helm: Helm) -> None:
     slices = kubectl.json("get", "endpointslices", "-n", RELEASE_NAMESPACE, "-l",
                           "kubernetes.io/service-name=logkeeper-metrics")["items"]
     ips = [a for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
@@ -224,6 +257,24 @@ def test_15_operator_metrics_from_its_pod(kubectl: Kubectl) -> None:
         "logkeeper_operator_leader", "logkeeper_operator_repairs_total", "logkeeper_operator_objects")]
     print("\n" + "\n".join(shown))
     mark(f"operator /metrics from its pod {ips[0]}: logkeeper_operator_* series, leader 1, repairs counted")
+
+    # the chart's optional ServiceMonitor: stored by the API server, and what it selects (Services
+    # by label, their port by name, the path) is the operator's /metrics, scraped as Prometheus would
+    kubectl("apply", "-f", "-", stdin=json.dumps(SERVICEMONITOR_CRD))
+    wait_for(lambda: kubectl("get", "servicemonitors", "-A", check=False).returncode == 0, 60,
+             "the ServiceMonitor kind served")
+    helm("upgrade", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
+         "--set", "operator.serviceMonitor.enabled=true", "--wait", "--timeout", "120s")
+    sm = kubectl.json("get", "servicemonitor", "logkeeper", "-n", RELEASE_NAMESPACE)["spec"]
+    selected = [svc for svc in kubectl.json("get", "services", "-n", RELEASE_NAMESPACE)["items"]
+                if sm["selector"]["matchLabels"].items() <= (svc["metadata"].get("labels") or {}).items()]
+    assert [svc["metadata"]["name"] for svc in selected] == ["logkeeper-metrics"], selected
+    (endpoint,) = sm["endpoints"]
+    port = next(p for p in selected[0]["spec"]["ports"] if p["name"] == endpoint["port"])
+    scraped = metrics(ips[0], int(port["port"]), endpoint["path"])
+    assert sample(scraped, "logkeeper_operator_leader") == 1.0
+    mark(f"ServiceMonitor: selects Service logkeeper-metrics port {endpoint['port']} {endpoint['path']}, "
+         f"scraped ({len(scraped)} samples)")
 
 
 def test_16_cel_rules_refuse_bad_specs_naming_the_field(kubectl: Kubectl) -> None:
@@ -256,7 +307,92 @@ def test_16_cel_rules_refuse_bad_specs_naming_the_field(kubectl: Kubectl) -> Non
     mark(f"CEL: {len(cases) + 1} bad specs refused by kubectl apply, each naming its field")
 
 
-def test_17_two_replicas_one_leader_and_hand_over(helm: Helm, kubectl: Kubectl, node: RealNode) -> None:
+def compaction_jobs(kubectl: Kubectl) -> list[dict[str, Any]]:
+    return [c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
+            if not c["metadata"].get("deletionTimestamp")]
+
+
+def cj_or_none(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
+    out = kubectl("get", "compactionjob", name, "-n", NAMESPACE, "-o", "json", "--ignore-not-found").stdout
+    return dict(json.loads(out)) if out.strip() else None
+
+
+def progressing(cj: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in (cj.get("status") or {}).get("conditions") or [] if c["type"] == "Progressing"), {})
+
+
+def on_node(node: RealNode, staging: str) -> Path:
+    """Where the pod's path ``staging`` (/data/disk-0/...) is on the node (the static PV's dir)."""
+    prefix = "/data/disk-0/"
+    assert staging.startswith(prefix), staging
+    return node.workdir / "volumes" / "lc-disk-0" / staging[len(prefix):]
+
+
+def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(kubectl: Kubectl,
+                                                                                 node: RealNode) -> None:
+    kubectl("apply", "-f", "-", stdin=json.dumps(JOBS_POLICY_YAML))
+    uid = kubectl.json("get", "pod", POD, "-n", NAMESPACE)["metadata"]["uid"]
+    # the offload Job asks for more CPU than the node has: its pod stays Pending, Unschedulable
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=merge", "-p", json.dumps({"spec": {
+        "topics": [*LOGVOLUME["spec"]["topics"], BACKLOG_TOPIC], "cleanerPolicyRef": {"name": JOBS_POLICY},
+        "node": {"log.initial.task.delay.ms": 0},
+        "spark": {"timeoutSeconds": 600, "maxAttempts": 1, "cooldownSeconds": 0,
+                  "resources": {"requests": {"cpu": "64"}}}}}))
+    wait_for(lambda: kubectl.json("get", "pod", POD, "-n", NAMESPACE)["metadata"]["uid"] != uid and lv_ready(kubectl),
+             300, f"LogVolume {LV} Ready after the cleaner change rolled its pod", every_s=2)
+    api = through_service(kubectl, LV)
+    for chunk in range(30):  # 3000 distinct keys, each written twice: more than one offset map holds
+        api.produce("acc", 0, [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)])
+    cj = wait_for(lambda: next(iter(compaction_jobs(kubectl)), None), 180, "a CompactionJob for acc-0")
+    name, staging = cj["metadata"]["name"], on_node(node, cj["spec"]["staging"])
+    stuck = wait_for(lambda: (c := progressing(kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)))
+                     .get("reason") == "Unschedulable" and c, 120, f"CompactionJob {name} Progressing=False "
+                     "Unschedulable", every_s=1)
+    assert stuck["status"] == "False" and "Insufficient cpu" in stuck["message"], stuck
+    assert staging.is_dir(), staging  # the sidecar's staging directory for this hand-off
+    print("\n" + kubectl("get", "compactionjobs", "-n", NAMESPACE, "-o", "wide").stdout)
+    mark(f"CompactionJob {name}: Unschedulable, with the scheduler's words: {stuck['message'][:80]}")
+
+    # deleting it cancels: the attempt's Job (and its pod) deleted, the sidecar told, its staging removed
+    t0 = time.monotonic()
+    kubectl("delete", "compactionjob", name, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    assert not kubectl.exists("job", f"{name}-a1", NAMESPACE)
+    wait_for(lambda: not staging.exists(), 120, f"the hand-off's staging {staging} removed", every_s=1)
+    FIGURES["cancel by deletion to staging removed s"] = round(time.monotonic() - t0, 1)
+    mark(f"CompactionJob {name} deleted: its Job gone, its staging removed after "
+         f"{FIGURES['cancel by deletion to staging removed s']} s")
+
+    # admission refuses the next attempt's pod (a quota of one pod: the sidecar's): AdmissionRejected
+    # with the Job's FailedCreate event; the quota lifted, the Job's pod runs and the job succeeds
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "ResourceQuota",
+                                                  "metadata": {"name": "one-pod", "namespace": NAMESPACE},
+                                                  "spec": {"hard": {"pods": "1"}}}))
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/spec/spark/resources"}]))
+    nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
+                   "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
+    name = nxt["metadata"]["name"]
+    refused = wait_for(lambda: (c := progressing(kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)))
+                       .get("reason") == "AdmissionRejected" and c, 120,
+                       f"CompactionJob {name} Progressing=False AdmissionRejected", every_s=1)
+    assert "FailedCreate" in refused["message"] and "exceeded quota" in refused["message"], refused
+    mark(f"CompactionJob {name}: AdmissionRejected: {refused['message'][:80]}")
+    kubectl("delete", "resourcequota", "one-pod", "-n", NAMESPACE)
+    done = wait_for(lambda: (c := cj_or_none(kubectl, name)) and (c.get("status") or {}).get("phase")
+                    in ("Succeeded", "Failed") and c, 600, f"CompactionJob {name} finished after the quota was lifted",
+                    every_s=1)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    ended = time.monotonic()
+    # the policy's ttlSecondsAfterFinished: 5 - the finished CompactionJob (and its Job) deleted
+    wait_for(lambda: not kubectl.exists("compactionjob", name, NAMESPACE), 120,
+             f"CompactionJob {name} deleted after its TTL", every_s=1)
+    FIGURES["finished CompactionJob deleted after (TTL 5 s) s"] = round(time.monotonic() - ended, 1)
+    wait_for(lambda: not kubectl.exists("job", f"{name}-a1", NAMESPACE), 60, f"Job {name}-a1 collected")
+    mark(f"CompactionJob {name} Succeeded once the quota went, deleted "
+         f"{FIGURES['finished CompactionJob deleted after (TTL 5 s) s']} s after it ended (TTL 5 s)")
+
+
+def test_18_two_replicas_one_leader_and_hand_over(helm: Helm, kubectl: Kubectl, node: RealNode) -> None:
     helm("upgrade", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "--reuse-values",
          "--set", "operator.replicas=2", "--wait", "--timeout", "300s")
     pods = wait_for(lambda: ready_operator_pods(kubectl, 2), 180, "two operator pods Ready", every_s=2)
@@ -329,7 +465,7 @@ def test_17_two_replicas_one_leader_and_hand_over(helm: Helm, kubectl: Kubectl, 
     mark(f"leader process SIGKILLed: {how} leads after {crash} s (the Lease expired first)")
 
 
-def test_18_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
+def test_19_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
     t0 = time.monotonic()
     kubectl("scale", "deployment", "logkeeper", "-n", RELEASE_NAMESPACE, "--replicas=0")
     wait_for(lambda: not kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE)["items"], 120,
@@ -346,9 +482,11 @@ def test_18_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
     mark(f"operator at 0 replicas: kubectl delete logvolume returned in {deleted} s, its children collected")
 
 
-def test_19_uninstall_leaves_nothing(kubectl: Kubectl, helm: Helm, node: RealNode) -> None:
+def test_20_uninstall_leaves_nothing(kubectl: Kubectl, helm: Helm, node: RealNode) -> None:
     helm("uninstall", "logkeeper", "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
     kubectl("delete", "pv", "e2e-lc-disk-0", "--wait=true", "--timeout=60s")
+    kubectl("delete", "cleanerpolicy", JOBS_POLICY, "-n", NAMESPACE)  # step 17's, a user's own
+    kubectl("delete", "crd", SERVICEMONITOR_CRD["metadata"]["name"])  # step 15's stand-in
     # the operator's, not the chart's: the Lease (a reinstall takes it over) and the token key
     kubectl("delete", "lease", LEASE, "-n", RELEASE_NAMESPACE)
     kubectl("delete", "secret", "logkeeper-operator-key", "-n", NAMESPACE)
