@@ -13,7 +13,8 @@
 #   bridge, host-local, loopback, portmap
 #                                    go install from github.com/containernetworking/plugins@$CNI_VERSION
 #   crictl                           go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION
-#   runc                             Debian's (apt-get install runc; crun fails on this host's cgroups)
+#   runc, iptables                   Debian's (apt-get install; crun fails on this host's cgroups;
+#                                    kube-proxy and kubelet need iptables)
 #   pause image                      a static C pause() binary (gcc -static), one layer, packed as an
 #                                    OCI archive by e2e/pause_image.py (no registry is reachable)
 # Prints NAME=PATH lines and writes them to $CACHE/node-tools.env; prints each component's version
@@ -78,9 +79,15 @@ if [[ ! -x "$CRICTL_BIN/crictl" ]]; then
   say "crictl built in $((SECONDS - start)) s"
 fi
 
-if ! command -v runc >/dev/null; then
-  say "installing Debian's runc"
-  apt-get install -y -q runc >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 || true; apt-get install -y -q runc >/dev/null; }
+# Debian's runc, and iptables for kube-proxy (iptables mode) and kubelet's own chains (a fresh
+# machine may have neither: kube-proxy then exits with "iptables is not available on this host")
+missing=()
+command -v runc >/dev/null || missing+=(runc)
+command -v iptables >/dev/null || missing+=(iptables)
+if (( ${#missing[@]} )); then
+  say "installing Debian's ${missing[*]}"
+  apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 || true; apt-get install -y -q "${missing[@]}" >/dev/null; }
 fi
 RUNC="$(command -v runc)"
 
