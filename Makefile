@@ -159,11 +159,16 @@ bench: setup
 	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_sidecar_load.py
 
-# The same Kafka client (confluent-kafka) against the sidecar's Kafka listener and a real Kafka
-# broker (make interop's release), side by side: bench/results/kafka_clients.md.
+# logkeeper side by side with a real Kafka (make interop's release, fetched with kafka-tools):
+# Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
+# KRaft broker (bench/results/kafka_perf.md), then both log cleaners on the same >= 1 GiB
+# uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md). Each comparison prints
+# 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'. About 20 min on 2 cores.
+# (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
-	$(PY) bench/bench_kafka_clients.py
+	$(PY) bench/bench_kafka_perf.py
+	$(PY) bench/bench_kafka_cleaner.py
 
 # The Spark compaction job (local[1], local[2]) vs the in-process cleaner on W10 and on a backlog of
 # 20M distinct keys in 30M records (3.5 GB; scratch space ~3x that in $$TMPDIR): bench/results/spark.md.

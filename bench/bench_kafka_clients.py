@@ -19,7 +19,7 @@ Client and server share the machine's cores.
 Results: bench/results/kafka_clients.md (command, date, machine, figures).
 
 Run: ``.venv/bin/python bench/bench_kafka_clients.py [--records 1000000] [--rounds 3]``
-(or ``make bench-kafka``).
+(``make bench-kafka`` runs Kafka's own perf tools instead: bench_kafka_perf.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,281 @@
+"""Kafka's own perf tools (ProducerPerformance, ConsumerPerformance from kafka-tools) against the
+sidecar's Kafka listener and against a KRaft broker, same parameters, side by side.
+
+Both servers run on this machine on loopback (the broker as tests/kafka/kafka_harness.py starts it
+for make interop, the sidecar as server/process.py starts it, with ``kafka.listen``); each is
+measured while the other idles. Both are warmed up first: a producer run and a consumer run on
+each (the broker's JIT, the sidecar's first-request paths), not counted.
+
+Producer cases: acks=1 and acks=all (the tool's default idempotence: on with acks=all) x 100 and
+1,000-byte records x batch.size default (16 KiB) and 1 MiB, linger.ms 5, no compression, one
+partition, ``--throughput -1``; a bounded number of records a case (``--mb`` of payload). Figures
+are the tool's own final line: records/s, MB/s, p50, p99. Consumer cases: ConsumerPerformance reads
+the acks=1 default-batch topic of each record size from the start in a new group: its MB/s
+overall, its fetch-only MB/s and its rebalance (group join) time. Each case runs ``--rounds``
+times alternating which server goes first; the median is reported.
+
+Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s,
+ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
+
+Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.side_by_side import commit, machine_line, side_by_side_line, svg_bars  # noqa: E402
+from logkeeper.server.process import SidecarProcess  # noqa: E402
+from tests.kafka.kafka_harness import LOG4J_TOOLS, Broker, KafkaDist, fetch_kafka  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "kafka_perf.md"
+PLOT = REPO / "bench" / "results" / "kafka_perf.svg"
+PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
+PERF_JVM_OPTS = ("-Xmx1g", "-XX:+UseG1GC")
+TOOL_TIMEOUT_S = 300  # one tool run; a hung server fails the benchmark instead of stalling it
+MIB = 1 << 20
+SERVERS = ("logkeeper", "kafka")
+
+# "1000000 records sent, 533000.5 records/sec (50.83 MB/sec), 45.23 ms avg latency, 207.00 ms max
+# latency, 40 ms 50th, 150 ms 95th, 200 ms 99th, 207 ms 99.9th."
+_PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+                       r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
+
+
+@dataclass(frozen=True)
+class ProducerCase:
+    acks: str
+    record_bytes: int
+    batch_bytes: int | None  # None: the producer's default
+
+    @property
+    def name(self) -> str:
+        batch = "default batch" if self.batch_bytes is None else f"{self.batch_bytes // MIB} MiB batch"
+        return f"produce acks={self.acks} {self.record_bytes} B {batch}"
+
+    @property
+    def topic(self) -> str:
+        return f"perf-{self.acks}-{self.record_bytes}-{self.batch_bytes or 0}"
+
+
+@dataclass(frozen=True)
+class Produced:
+    records_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class Consumed:
+    mb_per_s: float
+    records_per_s: float
+    join_ms: float
+    fetch_mb_per_s: float
+
+
+def run_tool(dist: KafkaDist, main: str, args: list[str]) -> str:
+    cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{main} {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -> Produced:
+    props = [f"bootstrap.servers={bootstrap}", f"acks={case.acks}", "linger.ms=5", "compression.type=none"]
+    if case.batch_bytes is not None:
+        props += [f"batch.size={case.batch_bytes}", f"buffer.memory={max(64 * MIB, 4 * case.batch_bytes)}"]
+    out = run_tool(dist, PRODUCER, ["--topic", case.topic, "--num-records", str(records), "--record-size",
+                                    str(case.record_bytes), "--throughput", "-1", "--producer-props", *props])
+    finals = list(_PRODUCED.finditer(out))  # the last line is the whole run's (the others: 5-second windows)
+    m = finals[-1] if finals else None
+    if m is None or int(m[1]) != records:
+        raise RuntimeError(f"ProducerPerformance to {bootstrap}: no final line for {records} records:\n{out[-2000:]}")
+    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]))
+
+
+def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int) -> Consumed:
+    out = run_tool(dist, CONSUMER, ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
+                                    "--group", f"perf-{time.monotonic_ns()}", "--timeout", "60000"])
+    lines = [line for line in out.splitlines() if line.strip()]
+    header = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)
+    if header is None or header + 1 >= len(lines):
+        raise RuntimeError(f"ConsumerPerformance on {bootstrap}: no figures:\n{out[-2000:]}")
+    names = [c.strip() for c in lines[header].split(",")]
+    row = dict(zip(names, (c.strip() for c in lines[header + 1].split(",")), strict=False))
+    if float(row["data.consumed.in.nMsg"]) < records:
+        raise RuntimeError(f"ConsumerPerformance on {bootstrap}: read {row['data.consumed.in.nMsg']} of {records}")
+    return Consumed(float(row["MB.sec"]), float(row["nMsg.sec"]), float(row["rebalance.time.ms"]),
+                    float(row["fetch.MB.sec"]))
+
+
+def create_topic(dist: KafkaDist, bootstrap: str, topic: str) -> None:
+    run_tool(dist, "KafkaClientHarness", ["create-topic", bootstrap, topic, "1"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=int, default=100, help="payload MB a producer case (bounds its records)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    command = "python bench/bench_kafka_perf.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)]
+    dist = fetch_kafka()
+    work = Path(tempfile.mkdtemp(prefix="bench-kafka-perf-"))
+    produced: dict[tuple[str, str], list[Produced]] = {}
+    consumed: dict[tuple[str, str], list[Consumed]] = {}
+    loads: list[float] = []
+    started = time.monotonic()
+    try:
+        broker = Broker(dist, work / "kafka", {"num.partitions": 1})
+        broker.format()
+        broker.start()
+        sidecar = SidecarProcess(work / "sidecar", {"sidecar": {"kafka.listen": ["127.0.0.1:0"],
+                                   # as the harness's broker (group.initial.rebalance.delay.ms 0): same parameters
+                                   "group.initial.rebalance.delay.ms": 0}}).start()
+        try:
+            bootstrap = {"logkeeper": sidecar.kafka_bootstrap, "kafka": broker.bootstrap}
+            for server in SERVERS:  # warm-up: not counted
+                warm = ProducerCase("1", 1000, None)
+                create_topic(dist, bootstrap[server], "warmup")
+                run_tool(dist, PRODUCER, ["--topic", "warmup", "--num-records", str(args.mb * 1000), "--record-size",
+                                          str(warm.record_bytes), "--throughput", "-1", "--producer-props",
+                                          f"bootstrap.servers={bootstrap[server]}", "acks=1", "linger.ms=5"])
+                consume(dist, bootstrap[server], "warmup", args.mb * 1000)
+                print(f"warmed up {server}", flush=True)
+            for case in cases:
+                for server in SERVERS:
+                    create_topic(dist, bootstrap[server], case.topic)
+            for r in range(args.rounds):
+                for case in cases:
+                    records = args.mb * 1_000_000 // case.record_bytes
+                    for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
+                        p = produce(dist, bootstrap[server], case, records)
+                        produced.setdefault((case.name, server), []).append(p)
+                        print(f"round {r}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
+                              f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms", flush=True)
+                loads.append(os.getloadavg()[0])
+                for size in (100, 1000):
+                    topic = ProducerCase("1", size, None).topic
+                    records = args.mb * 1_000_000 // size * (r + 1)  # every round appended that many
+                    for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
+                        c = consume(dist, bootstrap[server], topic, records)
+                        consumed.setdefault((f"consume {size} B", server), []).append(c)
+                        print(f"round {r}: {server}: consume {size} B: {c.mb_per_s:.1f} MB/s, join {c.join_ms:.0f} ms, "
+                              f"fetch {c.fetch_mb_per_s:.1f} MB/s", flush=True)
+        finally:
+            sidecar.stop()
+            broker.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text, bars, lines = report(command, args, dist.version, cases, produced, consumed, loads,
+                               time.monotonic() - started)
+    RESULTS.write_text(text)
+    PLOT.write_text(svg_bars("logkeeper / Kafka 4.1.2, Kafka's perf tools (MB/s ratio; 1 = parity)", bars))
+    print("\n".join(lines))
+    print(f"(written to {RESULTS.relative_to(REPO)} and {PLOT.relative_to(REPO)})")
+    return 0
+
+
+def _med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
+           produced: dict[tuple[str, str], list[Produced]], consumed: dict[tuple[str, str], list[Consumed]],
+           loads: list[float], seconds: float) -> tuple[str, list[tuple[str, float]], list[str]]:
+    lines: list[str] = []
+    bars: list[tuple[str, float]] = []
+    rows = []
+    met = 0
+    for case in cases:
+        lk, kf = produced[(case.name, "logkeeper")], produced[(case.name, "kafka")]
+        lk_mb, kf_mb = _med([p.mb_per_s for p in lk]), _med([p.mb_per_s for p in kf])
+        lk_p99, kf_p99 = _med([p.p99_ms for p in lk]), _med([p.p99_ms for p in kf])
+        lines.append(side_by_side_line(case.name, lk_mb, kf_mb))
+        bars.append((case.name.removeprefix("produce "), lk_mb / kf_mb))
+        ok = lk_mb >= kf_mb and lk_p99 <= kf_p99
+        met += ok
+        rows.append(f"| {case.name} | {_med([p.records_per_s for p in lk]):,.0f} "
+                    f"| {_med([p.records_per_s for p in kf]):,.0f} "
+                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {_med([p.p50_ms for p in lk]):.0f} / "
+                    f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} |")
+    crow = []
+    for size in (100, 1000):
+        name = f"consume {size} B"
+        lk, kf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
+        lk_mb, kf_mb = _med([c.mb_per_s for c in lk]), _med([c.mb_per_s for c in kf])
+        lk_f, kf_f = _med([c.fetch_mb_per_s for c in lk]), _med([c.fetch_mb_per_s for c in kf])
+        lines.append(side_by_side_line(name, lk_mb, kf_mb))
+        lines.append(side_by_side_line(f"{name} fetch only", lk_f, kf_f))
+        bars.append((name, lk_mb / kf_mb))
+        crow.append(f"| {name} | {_med([c.records_per_s for c in lk]):,.0f} "
+                    f"| {_med([c.records_per_s for c in kf]):,.0f} "
+                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {lk_f:.1f} / {kf_f:.1f} "
+                    f"| {_med([c.join_ms for c in lk]):.0f} / {_med([c.join_ms for c in kf]):.0f} |")
+    detail = []
+    for (name, server), ps in sorted(produced.items()):
+        detail.append(f"- {server}, {name}: " + "; ".join(f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms" for p in ps))
+    for (name, server), cs in sorted(consumed.items()):
+        detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms" for c in cs))
+    text = "\n".join([
+        "# Kafka's perf tools against the sidecar and against Apache Kafka",
+        "",
+        f"- command: `{command}` (`make bench-kafka`)",
+        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}",
+        f"- machine: {machine_line()}",
+        f"- tools: org.apache.kafka:kafka-tools:{version} ProducerPerformance / ConsumerPerformance, JVM "
+        f"{' '.join(PERF_JVM_OPTS)}; broker: Apache Kafka {version}, one KRaft node on 127.0.0.1 (make interop's)",
+        f"- load: {args.mb} MB of payload a producer case (100 B: {args.mb * 10_000:,} records; 1,000 B: "
+        f"{args.mb * 1000:,}), one partition, linger.ms 5, no compression, `--throughput -1`; both servers "
+        f"warmed up first (a {args.mb} MB producer run and a consumer run each); median of {args.rounds} rounds, "
+        "servers alternating first; tools, server and the idle other server share the 2 cores",
+        f"- 1-minute load average after each round: {', '.join(f'{x:.1f}' for x in loads)}; whole run {seconds:.0f} s",
+        "",
+        "![ratios](kafka_perf.svg)",
+        "",
+        "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
+        "| p99 ms (lk / kafka) | >= 1x and p99 <= |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+        f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",
+        "",
+        "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | fetch-only MB/s (lk / kafka) "
+        "| group join ms (lk / kafka) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *crow,
+        "",
+        "The lines `make bench-kafka` printed:",
+        "",
+        "```",
+        *lines,
+        "```",
+        "",
+        "Every round:",
+        "",
+        *detail,
+        "",
+    ])
+    return text, bars, lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""What every logkeeper-vs-Kafka benchmark shares: the one-line comparison, the commit and machine
+lines of a results file, and a bar plot of the ratios as SVG (no plotting library in the venv).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from html import escape
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def side_by_side_line(case: str, logkeeper_mb_s: float, kafka_mb_s: float) -> str:
+    """The fixed form every comparison prints (issue 23)."""
+    ratio = logkeeper_mb_s / kafka_mb_s if kafka_mb_s else float("inf")
+    return f"side-by-side {case}: logkeeper {logkeeper_mb_s:.1f} MB/s, kafka {kafka_mb_s:.1f} MB/s, ratio {ratio:.2f}x"
+
+
+def commit() -> str:
+    """The commit measured (short hash, '+dirty' when the tree has changes outside bench/results)."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "sidecar", "bench",
+                                ":!bench/results"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        java = "java ?"
+    return f"{cpu}, {os.cpu_count()} cores; Linux {platform.release()}; Python {platform.python_version()}; {java}"
+
+
+def svg_bars(title: str, bars: list[tuple[str, float]], *, target: float | None = None) -> str:
+    """Horizontal bars of ``(label, ratio)``, a line at 1x (parity) and at ``target``."""
+    width, left, row, top = 760, 260, 22, 40
+    top_value = max([1.0, *(v for _, v in bars), *([target] if target else [])]) * 1.1
+    scale = (width - left - 60) / top_value
+    height = top + row * len(bars) + 30
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           'font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="20" font-size="14">{escape(title)}</text>']
+    for i, (label, value) in enumerate(bars):
+        y = top + i * row
+        colour = "#2a7" if value >= (target or 1.0) else "#d84"
+        out.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{escape(label)}</text>')
+        out.append(f'<rect x="{left}" y="{y + 3}" width="{max(value * scale, 1):.1f}" height="{row - 6}" '
+                   f'fill="{colour}"/>')
+        out.append(f'<text x="{left + value * scale + 4:.1f}" y="{y + 14}">{value:.2f}x</text>')
+    for mark, dash in ((1.0, "4,3"), *(((target, "1,2"),) if target else ())):
+        x = left + mark * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 24}" stroke="black" '
+                   f'stroke-dasharray="{dash}"/>')
+        out.append(f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">{mark:g}x</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
