@@ -27,21 +27,37 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..log.log import Log
+from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
 from ..log.replace import CrashHook
 from ..log.segment import LogSegment
-from .appender import WindowAppender
+from .appender import appender_for
 from .filter import SegmentFilter
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
 from .offset_map import SipHashOffsetMap
-from .producers import last_records_of_active_producers
+from .producers import LastRecord, last_records_of_active_producers
 from .selection import LogToClean
 from .stats import CleanerStats, MonotonicMs, monotonic_ms
 from .throttler import Throttler
 from .txn import CleanedTransactionMetadata, collect_aborted
 
 CheckDone = Callable[[TopicPartition], None]
+INDEX_ENTRY_MAX_BYTES = 12  # a time index entry; an offset index entry is 8
+
+
+def cleaned_index_bound(group_bytes: int, config: LogConfig) -> int:
+    """The bytes to allocate for each index of the segment a group of ``group_bytes`` is cleaned into.
+
+    Not ``segment.index.bytes`` (10 MiB) for every cleaned segment: allocating, mapping and then
+    trimming that for each 1 MiB segment was a fixed cost of every group. An index entry follows
+    more than ``index.interval.bytes`` of batches since the previous one (segment.py), so B bytes
+    of batches make at most B // interval + 1 entries, the time index one more (the final entry
+    when the segment becomes inactive). A cleaned segment holds fewer bytes than its group (records
+    only go); the bound allows twice the group's bytes anyway, and never more than the config's.
+    """
+    entries = 2 * group_bytes // max(config.index_interval_bytes, 1) + 8
+    return min(config.max_index_size, entries * INDEX_ENTRY_MAX_BYTES)
 
 
 def _never_done(_tp: TopicPartition) -> None:
@@ -95,8 +111,13 @@ class Cleaner:
         txns = CleanedTransactionMetadata()
         groups = group_segments_by_size(log.segments.values(0, end_offset), log.config.segment_bytes,
                                         log.config.max_index_size, upper_bound)
+        # once a round, not once a group (it reads every segment's batch headers: with 1 MiB segments
+        # that made a round quadratic in the segments). Producers that append or expire meanwhile
+        # only make this keep a batch the current state would let go: never the other way round.
+        last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
         for group in groups:
-            self.clean_segments(log, group, self.offset_map, now_ms, stats, txns, upper_bound)
+            self.clean_segments(log, group, self.offset_map, now_ms, stats, txns, upper_bound,
+                                last_records=last_records)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
         return end_offset, stats
@@ -110,17 +131,20 @@ class Cleaner:
 
     def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap,
                        now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata,
-                       upper_bound: int) -> None:
+                       upper_bound: int, *, last_records: dict[int, LastRecord] | None = None) -> None:
         """Clean ``segments`` into one segment and swap it in for them."""
-        cleaned = log.new_cleaned_segment(segments[0].base_offset)
+        group_bytes = sum(seg.size_in_bytes for seg in segments)
+        cleaned = log.new_cleaned_segment(segments[0].base_offset,
+                                          max_index_size=cleaned_index_bound(group_bytes, log.config))
         txns.cleaned_index = cleaned.txn_index
         swapping = False
         try:
-            # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
-            last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
+            if last_records is None:
+                # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
+                last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
-            with WindowAppender(cleaned) as appender:  # writes a window while the next is cleaned
+            with appender_for(cleaned, group_bytes) as appender:  # big groups: the next window cleaned meanwhile
                 for i, seg in enumerate(segments):
                     upper = segments[i + 1].base_offset if i + 1 < len(segments) else seg.read_next_offset()
                     txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))

@@ -127,9 +127,10 @@ class Log:
         first = self.segments.first
         return first.base_offset if first is not None else 0
 
-    def _new_segment(self, base_offset: int, temp_suffix: str = "") -> LogSegment:
+    def _new_segment(self, base_offset: int, temp_suffix: str = "", max_index_size: int | None = None) -> LogSegment:
         return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=self.config.max_index_size, rolling_jitter_ms=self._jitter_ms,
+                          max_index_size=max_index_size or self.config.max_index_size,
+                          rolling_jitter_ms=self._jitter_ms,
                           clock_ms=self._clock, temp_suffix=temp_suffix)
 
     @property
@@ -483,11 +484,12 @@ class Log:
             replace_segments(self.segments, new_segments, old_segments, directory=self.dir,
                              schedule_delete=self._schedule_delete, crash_hook=crash_hook)
 
-    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
-        """An empty ``.cleaned`` segment to write a replacement into."""
+    def new_cleaned_segment(self, base_offset: int, max_index_size: int | None = None) -> LogSegment:
+        """An empty ``.cleaned`` segment to write a replacement into; its indexes allocated at
+        ``max_index_size`` bytes (the cleaner's bound for its group) or segment.index.bytes."""
         for suffix in names.SEGMENT_SUFFIXES:
             names.segment_file(self.dir, base_offset, suffix, names.CLEANED_SUFFIX).unlink(missing_ok=True)
-        return self._new_segment(base_offset, names.CLEANED_SUFFIX)
+        return self._new_segment(base_offset, names.CLEANED_SUFFIX, max_index_size)
 
     # ------------------------------------------------------------------ life cycle
     def _ensure_open(self) -> None:

@@ -1,0 +1,110 @@
+"""The cleaner's per-group fixed costs cut for small segments (issue 23), and what must not change
+with them: the cleaned segments' indexes allocated at the group's bound (the same trimmed bytes as
+with segment.index.bytes), small groups appended inline (an error still leaves no .cleaned file and
+the old segments intact), the producers' last records read once a round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logkeeper.cleaner import cleaner as cleaner_module
+from logkeeper.cleaner.appender import INLINE_GROUP_BYTES, InlineAppender, WindowAppender, appender_for
+from logkeeper.cleaner.cleaner import Cleaner, cleaned_index_bound
+from logkeeper.cleaner.offset_map import SipHashOffsetMap
+from logkeeper.cleaner.selection import LogToClean
+from logkeeper.cleaner.testing import append_kvs, read_log
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
+
+START_MS = 1_700_000_000_000
+CONFIG = LogConfig.from_props({"segment.bytes": 4096, "index.interval.bytes": 64, "cleanup.policy": "compact"})
+
+
+def build(path: Path) -> Log:
+    log = Log(path, CONFIG, clock_ms=lambda: START_MS)
+    i = 0
+    while len(log.segments) < 12:
+        append_kvs(log, [(b"k%d" % (i % 7), b"v%06d" % i)], timestamp=START_MS + i)
+        i += 1
+    return log
+
+
+def clean(log: Log) -> None:
+    c = Cleaner(0, SipHashOffsetMap(slots=1 << 12), clock_ms=lambda: START_MS)
+    c.clean(LogToClean(log, 0, log.active_segment.base_offset))
+
+
+def index_bytes(log: Log) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(log.dir.iterdir()) if p.suffix in (".index", ".timeindex")}
+
+
+def test_bound_covers_an_entry_per_interval_and_never_exceeds_the_config() -> None:
+    assert cleaned_index_bound(0, CONFIG) >= 8 * 12
+    # B bytes make at most B // interval + 2 entries in either index
+    assert cleaned_index_bound(100_000, CONFIG) >= (100_000 // 64 + 2) * 12
+    assert cleaned_index_bound(1 << 40, CONFIG) == CONFIG.max_index_size
+
+
+def test_bounded_indexes_are_the_same_bytes_as_full_size_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bounded = build(tmp_path / "bounded-0")
+    clean(bounded)
+    full = build(tmp_path / "full-0")
+    monkeypatch.setattr(cleaner_module, "cleaned_index_bound", lambda _b, config: config.max_index_size)
+    clean(full)
+    assert read_log(bounded) == read_log(full)
+    assert index_bytes(bounded) == index_bytes(full)
+    assert len(index_bytes(bounded)) > 2  # cleaned segments with entries were compared
+    bounded.close()
+    full.close()
+    # and a reload trusts them as they are
+    again = Log(tmp_path / "bounded-0", CONFIG, clock_ms=lambda: START_MS)
+    assert read_log(again) == read_log(full)
+    again.close()
+
+
+def test_small_groups_append_inline_big_ones_on_a_helper(tmp_path: Path) -> None:
+    log = build(tmp_path / "t-0")
+    seg = log.new_cleaned_segment(0)
+    assert isinstance(appender_for(seg, INLINE_GROUP_BYTES), InlineAppender)
+    helper = appender_for(seg, INLINE_GROUP_BYTES + 1)
+    with helper:
+        assert isinstance(helper, WindowAppender)
+    seg.delete_if_exists()
+    log.close()
+
+
+def test_an_error_during_an_inline_group_leaves_no_cleaned_file(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    log = build(tmp_path / "t-0")
+    latest = {r.key: (r.offset, r.value) for r in read_log(log)}
+
+    def fail(self: InlineAppender, batches: object, data: memoryview) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(InlineAppender, "append", fail)
+    with pytest.raises(OSError):
+        clean(log)
+    # groups emptied of every record were swapped before the first append failed; the group that
+    # failed is untouched and its .cleaned files are gone
+    assert not [p for p in log.dir.iterdir() if ".cleaned" in p.name or ".swap" in p.name]
+    assert {r.key: (r.offset, r.value) for r in read_log(log)} == latest
+    log.close()
+
+
+def test_producers_read_once_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = build(tmp_path / "t-0")
+    calls: list[int] = []
+    real = cleaner_module.last_records_of_active_producers
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cleaner_module, "last_records_of_active_producers", counting)
+    before = len(read_log(log))
+    clean(log)
+    assert len(read_log(log)) < before  # 11 groups cleaned
+    assert len(calls) == 1
+    log.close()
