@@ -108,3 +108,46 @@ def test_producers_read_once_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert len(read_log(log)) < before  # 11 groups cleaned
     assert len(calls) == 1
     log.close()
+
+
+def test_a_round_syncs_the_directory_twice_a_group_and_once_at_its_end(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from logkeeper.log import replace
+
+    log = build(tmp_path / "t-0")
+    syncs: list[Path] = []
+    real = replace.fsync_dir
+    monkeypatch.setattr(replace, "fsync_dir", lambda d: (syncs.append(d), real(d))[1])
+    groups: list[int] = []
+    real_clean_segments = Cleaner.clean_segments
+
+    def counting(self: Cleaner, *args: object, **kwargs: object) -> None:
+        groups.append(1)
+        real_clean_segments(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Cleaner, "clean_segments", counting)
+    clean(log)
+    assert len(groups) > 2 and len(syncs) == 2 * len(groups) + 1
+    log.close()
+
+
+@pytest.mark.parametrize("deleted_gone", [False, True])
+def test_renames_of_step_4_lost_in_a_crash_are_completed_on_load(tmp_path: Path, deleted_gone: bool) -> None:
+    """The renames a group no longer fsyncs itself (replace.py, step 4): a crash that loses them
+    leaves the cleaned segments under their .swap names; the loader puts them into place."""
+    log = build(tmp_path / "t-0")
+    clean(log)
+    cleaned = read_log(log)
+    active = log.active_segment.base_offset
+    log.close()
+    for p in sorted(log.dir.iterdir()):
+        if p.name.endswith(".deleted"):
+            if deleted_gone:
+                p.unlink()
+        elif p.suffix in (".log", ".index", ".timeindex", ".txnindex") and int(p.name.split(".")[0]) < active:
+            p.rename(p.with_name(p.name + ".swap"))
+    assert any(p.name.endswith(".swap") for p in log.dir.iterdir())
+    again = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS, had_clean_shutdown=False, recovery_point=0)
+    assert read_log(again) == cleaned
+    assert not [p for p in again.dir.iterdir() if p.name.endswith(".swap")]
+    again.close()

@@ -2,12 +2,12 @@
 cleaning the next; or on the cleaner's own thread for a small group (``appender_for``).
 
 Why: the cleaning pass makes its output one window at a time (filter.py). Writing a window into
-the page cache (pwrite), then to disk (the flush before the swap), took about 30 ms of a W1
-round on the cleaner's thread: 11-16 ms of pwrite for the 11 MB cleaned segment and 18 ms of
-fsync (measured here). The helper appends each window and at once starts its writeback to disk
-(``FileRecords.start_writeback``), while the cleaner's thread cleans the next window; the flush
-before the swap then mostly waits for the last window. The helper only does the appends (their
-index entries and the I/O): the cleaning itself stays on the cleaner's thread.
+the page cache (pwrite), then to disk (the flush before the swap), was a visible part of a W1
+round on the cleaner's thread (figures: bench/results/cleaner_output.md). The helper appends
+each window and at once starts its writeback to disk (``FileRecords.start_writeback``), while
+the cleaner's thread cleans the next window; the flush before the swap then mostly waits for the
+last window. The helper only does the appends (their index entries and the I/O): the cleaning
+itself stays on the cleaner's thread.
 
 Order and errors: windows are appended one at a time in the order given, at most two waiting.
 The first error of the helper is raised on the cleaner's thread by the next ``append`` or by
@@ -18,8 +18,7 @@ write goes on into a segment that is about to be deleted.
 
 A group of small segments (Kafka's 1 MiB segment.bytes: a cleaned segment of a few windows) has
 next to nothing to overlap, and a thread started and joined for each such group was a fixed cost
-of every group (1-1.5 ms a thread on this 2-core machine, a third of the time of cleaning a
-1 MiB segment); ``appender_for`` appends those inline.
+of every group (bench/results/cleaner_output.md); ``appender_for`` appends those inline.
 """
 
 from __future__ import annotations

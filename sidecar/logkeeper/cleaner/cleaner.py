@@ -115,9 +115,10 @@ class Cleaner:
         # that made a round quadratic in the segments). Producers that append or expire meanwhile
         # only make this keep a batch the current state would let go: never the other way round.
         last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
-        for group in groups:
+        for i, group in enumerate(groups):
+            # the last step's directory fsync of a group is the next group's first (replace.py)
             self.clean_segments(log, group, self.offset_map, now_ms, stats, txns, upper_bound,
-                                last_records=last_records)
+                                last_records=last_records, sync_renamed=i == len(groups) - 1)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
         return end_offset, stats
@@ -131,7 +132,8 @@ class Cleaner:
 
     def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap,
                        now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata,
-                       upper_bound: int, *, last_records: dict[int, LastRecord] | None = None) -> None:
+                       upper_bound: int, *, last_records: dict[int, LastRecord] | None = None,
+                       sync_renamed: bool = True) -> None:
         """Clean ``segments`` into one segment and swap it in for them."""
         group_bytes = sum(seg.size_in_bytes for seg in segments)
         cleaned = log.new_cleaned_segment(segments[0].base_offset,
@@ -153,7 +155,7 @@ class Cleaner:
             cleaned.flush()
             cleaned.set_last_modified_ms(segments[-1].last_modified_ms)
             swapping = True  # from here a failure is a crash between replace.py's steps
-            log.replace_segments([cleaned], segments, crash_hook=self.crash_hook)
+            log.replace_segments([cleaned], segments, crash_hook=self.crash_hook, sync_renamed=sync_renamed)
         except BaseException:
             if not swapping:
                 cleaned.delete_if_exists()

@@ -31,7 +31,7 @@ def remove_leftovers(configured: str, log_dirs: Iterable[Path]) -> None:
     for log_dir in log_dirs:
         root = staging_root(configured, log_dir)
         if root.exists():
-            import shutil  # only when there is something to remove: 3-5 ms of every process start
+            import shutil  # only when there is something to remove: not an import of every process start
 
             _LOG.info("removing the staging directory %s left by an earlier process", root)
             shutil.rmtree(root, ignore_errors=True)

@@ -478,11 +478,12 @@ class Log:
         return count
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment],
-                         crash_hook: CrashHook | None = None) -> None:
+                         crash_hook: CrashHook | None = None, sync_renamed: bool = True) -> None:
         with self._lock:
             self._ensure_open()
             replace_segments(self.segments, new_segments, old_segments, directory=self.dir,
-                             schedule_delete=self._schedule_delete, crash_hook=crash_hook)
+                             schedule_delete=self._schedule_delete, crash_hook=crash_hook,
+                             sync_renamed=sync_renamed)
 
     def new_cleaned_segment(self, base_offset: int, max_index_size: int | None = None) -> LogSegment:
         """An empty ``.cleaned`` segment to write a replacement into; its indexes allocated at

@@ -7,7 +7,11 @@ Numbered crash steps (a crash test injects a failure after each one):
    first, so an interruption leaves every remaining ``.cleaned`` file below every ``.swap``.
 3. ``old-deleted``: each old segment was renamed to ``.deleted`` (removed for good later,
    after file.delete.delay.ms).
-4. ``renamed``: each new segment dropped its ``.swap`` suffix and the directory was fsynced.
+4. ``renamed``: each new segment dropped its ``.swap`` suffix and the directory was fsynced;
+   unless ``sync_renamed`` is false: the cleaner replaces many groups a round, and the next
+   group's step-2 fsync (or the last group's own) makes these renames durable. Until then a crash
+   may leave the ``.swap`` names of this step, which the loader completes (below): a state that
+   step 3's fsync already made possible, so nothing new can be found after a crash.
 
 What the loader does with a directory left after a crash (``loader.py``):
 
@@ -50,6 +54,7 @@ def replace_segments(
     schedule_delete: Callable[[list[LogSegment]], None],
     from_recovered_swap: bool = False,
     crash_hook: CrashHook | None = None,
+    sync_renamed: bool = True,
 ) -> None:
     """Swap ``new_segments`` (suffix ``.cleaned``, already flushed) in for ``old_segments``.
 
@@ -77,6 +82,7 @@ def replace_segments(
     hook("old-deleted")
     for seg in new_sorted:
         seg.change_file_suffixes(SWAP_SUFFIX, "")
-    fsync_dir(directory)
+    if sync_renamed:
+        fsync_dir(directory)
     hook("renamed")
     schedule_delete(old_sorted)
