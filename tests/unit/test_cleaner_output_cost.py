@@ -110,25 +110,69 @@ def test_producers_read_once_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyP
     log.close()
 
 
-def test_a_round_syncs_the_directory_twice_a_group_and_once_at_its_end(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_groups_are_swapped_in_by_batches_each_syncing_the_directory_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from logkeeper.log import replace
 
     log = build(tmp_path / "t-0")
     syncs: list[Path] = []
     real = replace.fsync_dir
     monkeypatch.setattr(replace, "fsync_dir", lambda d: (syncs.append(d), real(d))[1])
-    groups: list[int] = []
-    real_clean_segments = Cleaner.clean_segments
+    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_GROUPS", 4)
+    batches: list[int] = []
+    real_clean_groups = Cleaner.clean_groups
 
-    def counting(self: Cleaner, *args: object, **kwargs: object) -> None:
-        groups.append(1)
-        real_clean_segments(self, *args, **kwargs)  # type: ignore[arg-type]
+    def counting(self: Cleaner, log_: Log, groups: list[object], *args: object, **kwargs: object) -> None:
+        batches.append(len(groups))
+        real_clean_groups(self, log_, groups, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Cleaner, "clean_segments", counting)
+    monkeypatch.setattr(Cleaner, "clean_groups", counting)
     clean(log)
-    assert len(groups) > 2 and len(syncs) == 2 * len(groups) + 1
+    assert batches == [4, 4, 3]  # 11 groups of one segment each
+    assert len(syncs) == 2 * len(batches) + 1  # the last batch's renames synced too
     log.close()
+
+
+def test_swap_batches_bound_bytes_and_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = build(tmp_path / "t-0")
+    segs = log.segments.values()[:11]
+    size = segs[0].size_in_bytes
+    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_BYTES", 3 * size)
+    batches = cleaner_module.swap_batches([[s] for s in segs])
+    assert [len(b) for b in batches][:2] == [3, 3]
+    assert [s for b in batches for g in b for s in g] == segs
+    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_BYTES", 1)
+    assert [len(b) for b in cleaner_module.swap_batches([[s] for s in segs])] == [1] * 11
+    log.close()
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["written", "swapped", "old-deleted", "renamed"])
+def test_a_crash_at_each_step_of_a_batch_swap_recovers_before_or_after(tmp_path: Path, step: str) -> None:
+    """A batch of several groups swapped in by one replacement: a crash after each step, then a
+    load, leaves the log exactly as before the batch or exactly as after it."""
+    reference = build(tmp_path / "ref-0")
+    before = read_log(reference)
+    clean(reference)
+    after = read_log(reference)
+    reference.close()
+    log = build(tmp_path / "t-0")
+
+    def hook(at: str) -> None:
+        if at == step:
+            raise Crash(at)
+
+    c = Cleaner(0, SipHashOffsetMap(slots=1 << 12), clock_ms=lambda: START_MS, crash_hook=hook)
+    with pytest.raises(Crash):
+        c.clean(LogToClean(log, 0, log.active_segment.base_offset))
+    log.close_handlers()
+    again = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS, had_clean_shutdown=False, recovery_point=0)
+    assert read_log(again) in (before, after)
+    assert read_log(again) == (before if step == "written" else after)
+    again.close()
 
 
 @pytest.mark.parametrize("deleted_gone", [False, True])

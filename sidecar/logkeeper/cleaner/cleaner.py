@@ -6,11 +6,15 @@ A round (``do_clean``):
    the round ends at the map's latest offset + 1 (``end_offset``: all of the dirty section, or
    less when the map filled);
 2. group the segments from the log start up to ``end_offset`` (grouping.py);
-3. clean each group into one new segment and swap it in for the group (``clean_segments``).
+3. clean each group into one new segment and swap them in for their groups, a batch of
+   consecutive groups at a time (``clean_groups``, ``swap_batches``): with small segments
+   (Kafka's 1 MiB) the fsyncs of each group's replacement, not the cleaning, were most of a
+   round; a batch is written, then synced and swapped in by one replacement (each file fsynced,
+   the directory twice). A crash before a batch's swap rolls the whole batch back.
 
-Replacing a group, crash-safely (the numbered steps of log/replace.py, via Log.replace_segments):
+Replacing a batch of groups, crash-safely (log/replace.py's numbered steps, Log.replace_segments):
 
-1. ``written``: the group's batches are in ``<first base>.log.cleaned`` (and its
+1. ``written``: each group's batches are in ``<first base>.log.cleaned`` (and its
    ``.index.cleaned``, ``.timeindex.cleaned``, ``.txnindex.cleaned``), indexes trimmed, fsynced,
    modification time set to the group's last segment's;
 2. ``swapped`` (``.cleaned`` -> ``.swap``), 3. ``old-deleted`` (old segments -> ``.deleted``),
@@ -44,6 +48,27 @@ from .txn import CleanedTransactionMetadata, collect_aborted
 
 CheckDone = Callable[[TopicPartition], None]
 INDEX_ENTRY_MAX_BYTES = 12  # a time index entry; an offset index entry is 8
+
+
+# groups swapped in together: while their input stays within both bounds (module docstring)
+SWAP_BATCH_BYTES = 32 << 20
+SWAP_BATCH_GROUPS = 64
+
+
+def swap_batches(groups: Sequence[Sequence[LogSegment]]) -> list[list[Sequence[LogSegment]]]:
+    """Consecutive groups cut into the batches swapped in together: a batch ends before the group
+    that would take its input past SWAP_BATCH_BYTES or its count past SWAP_BATCH_GROUPS (a group
+    bigger than that is a batch of its own)."""
+    batches: list[list[Sequence[LogSegment]]] = []
+    size = 0
+    for group in groups:
+        group_bytes = sum(seg.size_in_bytes for seg in group)
+        if not batches or size + group_bytes > SWAP_BATCH_BYTES or len(batches[-1]) >= SWAP_BATCH_GROUPS:
+            batches.append([])
+            size = 0
+        batches[-1].append(group)
+        size += group_bytes
+    return batches
 
 
 def cleaned_index_bound(group_bytes: int, config: LogConfig) -> int:
@@ -115,10 +140,11 @@ class Cleaner:
         # that made a round quadratic in the segments). Producers that append or expire meanwhile
         # only make this keep a batch the current state would let go: never the other way round.
         last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
-        for i, group in enumerate(groups):
-            # the last step's directory fsync of a group is the next group's first (replace.py)
-            self.clean_segments(log, group, self.offset_map, now_ms, stats, txns, upper_bound,
-                                last_records=last_records, sync_renamed=i == len(groups) - 1)
+        batches = swap_batches(groups)
+        for i, batch in enumerate(batches):
+            # the last step's directory fsync of a batch is the next batch's first (replace.py)
+            self.clean_groups(log, batch, self.offset_map, now_ms, stats, txns, upper_bound,
+                              last_records=last_records, sync_renamed=i == len(batches) - 1)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
         return end_offset, stats
@@ -132,18 +158,44 @@ class Cleaner:
 
     def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap,
                        now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata,
-                       upper_bound: int, *, last_records: dict[int, LastRecord] | None = None,
-                       sync_renamed: bool = True) -> None:
+                       upper_bound: int) -> None:
         """Clean ``segments`` into one segment and swap it in for them."""
+        self.clean_groups(log, [segments], offset_map, now_ms, stats, txns, upper_bound)
+
+    def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], offset_map: SipHashOffsetMap,
+                     now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int, *,
+                     last_records: dict[int, LastRecord] | None = None, sync_renamed: bool = True) -> None:
+        """Clean each group into one segment, then swap them all in for the groups in one
+        replacement (one fsync of each file, two of the directory for all of them: ``swap_batches``)."""
+        if last_records is None:
+            # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
+            last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
+        written: list[LogSegment] = []
+        swapping = False
+        try:
+            for segments in groups:
+                written.append(self._write_group(log, segments, offset_map, now_ms, stats, txns, upper_bound,
+                                                 last_records))
+            for cleaned in written:
+                cleaned.flush()  # their writeback was started as they were written
+            swapping = True  # from here a failure is a crash between replace.py's steps
+            log.replace_segments(written, [seg for segments in groups for seg in segments],
+                                 crash_hook=self.crash_hook, sync_renamed=sync_renamed)
+        except BaseException:
+            if not swapping:
+                for cleaned in written:
+                    cleaned.delete_if_exists()
+            raise
+
+    def _write_group(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap, now_ms: int,
+                     stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int,
+                     last_records: dict[int, LastRecord]) -> LogSegment:
+        """``segments`` cleaned into a new ``.cleaned`` segment, not yet synced (deleted on an error)."""
         group_bytes = sum(seg.size_in_bytes for seg in segments)
         cleaned = log.new_cleaned_segment(segments[0].base_offset,
                                           max_index_size=cleaned_index_bound(group_bytes, log.config))
         txns.cleaned_index = cleaned.txn_index
-        swapping = False
         try:
-            if last_records is None:
-                # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
-                last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
             with appender_for(cleaned, group_bytes) as appender:  # big groups: the next window cleaned meanwhile
@@ -152,13 +204,10 @@ class Cleaner:
                     txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))
                     filt.clean_into(log, seg, appender, offset_map, txns, last_records, upper_bound, stats)
             cleaned.on_become_inactive()
-            cleaned.flush()
             cleaned.set_last_modified_ms(segments[-1].last_modified_ms)
-            swapping = True  # from here a failure is a crash between replace.py's steps
-            log.replace_segments([cleaned], segments, crash_hook=self.crash_hook, sync_renamed=sync_renamed)
+            return cleaned
         except BaseException:
-            if not swapping:
-                cleaned.delete_if_exists()
+            cleaned.delete_if_exists()
             raise
 
     def group_segments_by_size(self, segments: Sequence[LogSegment], max_size: int, max_index_size: int,
