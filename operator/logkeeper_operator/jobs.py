@@ -215,7 +215,9 @@ def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = 
         reason = "AwaitingSwap"
     elif job is not None:
         seen = observe_attempt(kube, namespace, name, batch_job_name(name, attempts))
-        reason, message = seen.reason, f"{step.message}: {seen.message}"
+        # what the pod does is the message ("attempt 1: pod x: 0/1 nodes are available: ..."), not
+        # the step's "is running", which an Unschedulable or refused pod is not
+        reason, message = seen.reason, f"attempt {attempts}: {seen.message}"
         old = _condition(st, "Progressing")
         if seen.stuck and (old or {}).get("reason") != seen.reason:
             events.append(Event("Warning", seen.reason, seen.message))
