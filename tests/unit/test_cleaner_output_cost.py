@@ -195,3 +195,22 @@ def test_renames_of_step_4_lost_in_a_crash_are_completed_on_load(tmp_path: Path,
     assert read_log(again) == cleaned
     assert not [p for p in again.dir.iterdir() if p.name.endswith(".swap")]
     again.close()
+
+
+def test_replaced_files_go_while_the_command_still_runs(tmp_path: Path) -> None:
+    """`logkeeper clean` removes replaced segments during its rounds, not all after them."""
+    import time
+
+    from logkeeper.cleaner.clean_command import ReplacedFiles
+    from logkeeper.log.names import TopicPartition
+
+    log = build(tmp_path / "t-0")
+    sweeper = ReplacedFiles({TopicPartition("t", 0): log})
+    sweeper.remove()
+    clean(log)  # leaves its old segments renamed .deleted
+    deadline = time.monotonic() + 10
+    while any(p.name.endswith(".deleted") for p in log.dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in log.dir.iterdir() if p.name.endswith(".deleted")]
+    sweeper.wait()
+    log.close()

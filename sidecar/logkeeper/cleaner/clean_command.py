@@ -93,19 +93,30 @@ def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> 
 
 
 class ReplacedFiles:
-    """Removes the logs' replaced segments (``.deleted``) on a helper thread after each round that
-    replaced some, while the command goes on (the next round, the checkpoints, closing): unlinking
-    W1's 118 MB replaced segment takes 10-15 ms, and 80 ms once its blocks are on disk (measured
-    here). The command has no readers to give file.delete.delay.ms to. ``wait`` before exiting."""
+    """Removes the logs' replaced segments (``.deleted``) on a helper thread while the command
+    goes on: every SWEEP_INTERVAL_S during the rounds (a round swaps its groups in by batches, each
+    leaving its old segments behind), and a last time when ``wait`` is called before exiting. With
+    small segments a round replaces thousands of files; removing them all after the round was a
+    large part of a `logkeeper clean` process's time outside cleaning (bench/results/kafka_cleaner.md).
+    The command has no readers to give file.delete.delay.ms to."""
+
+    SWEEP_INTERVAL_S = 0.2
 
     def __init__(self, logs: Mapping[TopicPartition, Log]) -> None:
         self._logs = logs
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def remove(self) -> None:
-        self.wait()
-        self._thread = threading.Thread(target=self._remove, name="replaced-files", daemon=True)
-        self._thread.start()
+        """Start sweeping (once); what is replaced from now on goes within SWEEP_INTERVAL_S."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._sweep, name="replaced-files", daemon=True)
+            self._thread.start()
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(self.SWEEP_INTERVAL_S):
+            self._remove()
+        self._remove()  # what the last round left
 
     def _remove(self) -> None:
         for log in self._logs.values():
@@ -116,6 +127,7 @@ class ReplacedFiles:
 
     def wait(self) -> None:
         if self._thread is not None:
+            self._stop.set()
             self._thread.join()
             self._thread = None
 
@@ -150,6 +162,7 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
     backlogs: dict[TopicPartition, Backlog] = {}
     tallies: dict[TopicPartition, Tally] = {}
     replaced = ReplacedFiles(logs)
+    replaced.remove()  # sweeps during the rounds
     try:
         def print_stats(text: str) -> None:
             out.write(text)
@@ -162,8 +175,6 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
         worker = cleaner.new_worker(0)
         for _ in range(MAX_ROUNDS):
             cleaned = worker.try_clean_filthiest_log()
-            if cleaned:
-                replaced.remove()  # goes on during the next round, and the last one while the logs close
             failure = worker.last_failure
             if failure is not None:
                 failed[failure.log.topic_partition] = str(failure)
