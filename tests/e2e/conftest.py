@@ -87,10 +87,12 @@ def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
     # any cluster. The controllers a real node needs beyond cluster.py's: nodelifecycle (lifts the
     # not-ready taint), persistentvolume-binder (claims to the static PVs), root-ca-cert-publisher
     # (the CA a pod verifies the API server with), endpointslice (the sidecar's headless Service),
-    # pv-protection (a PV's deletion waits for its finalizer)
+    # pv-protection (a PV's deletion waits for its finalizer), namespace (a namespace's deletion
+    # deletes what it holds, our custom resources too: step 19), resourcequota (a quota's usage,
+    # without which quota admission refuses nothing: step 17)
     cp = ControlPlane(work / "cluster", env,
                       extra_controllers=("nodelifecycle", "persistentvolume-binder", "root-ca-cert-publisher",
-                                         "endpointslice", "pv-protection"),
+                                         "endpointslice", "pv-protection", "namespace", "resourcequota"),
                       api_address=NODE_IP, endpoint_reconciler="lease",
                       controller_manager_args=(f"--root-ca-file={work / 'cluster' / 'certs' / 'apiserver.crt'}",),
                       apiserver_args=("--kubelet-preferred-address-types=InternalIP",))

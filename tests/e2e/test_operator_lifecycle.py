@@ -23,7 +23,8 @@ module after test_e2e.py (modules in name order, steps in file order; one sessio
     the next leader's force-deleted: each time the standby takes the Lease (measured); then the
     leader's process SIGKILLed: an operator leads again once the Lease expired (measured);
 19. deletion never waits for the operator: scaled to 0, its pods exit on SIGTERM; `kubectl delete
-    logvolume --timeout=60s` returns and the garbage collector removes the children;
+    logvolume --timeout=60s` returns and the garbage collector removes the children; a namespace
+    holding a LogVolume and a CleanerPolicy is deleted;
 20. helm uninstall: nothing of ours left in the API (but the Lease and the key Secret, deleted as a
     user would), no container on the node.
 
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, wait_for
+from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, wait_for
 from .realnode import NODE_NAME, POD_SUBNET, RealNode
 from .test_e2e import VALUES as E2E_VALUES
 from .test_e2e import through_service
@@ -312,6 +313,11 @@ def compaction_jobs(kubectl: Kubectl) -> list[dict[str, Any]]:
             if not c["metadata"].get("deletionTimestamp")]
 
 
+def unfinished_jobs(kubectl: Kubectl) -> list[str]:
+    return [c["metadata"]["name"] for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
+            if (c.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+
 def cj_or_none(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
     out = kubectl("get", "compactionjob", name, "-n", NAMESPACE, "-o", "json", "--ignore-not-found").stdout
     return dict(json.loads(out)) if out.strip() else None
@@ -319,6 +325,13 @@ def cj_or_none(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
 
 def progressing(cj: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in (cj.get("status") or {}).get("conditions") or [] if c["type"] == "Progressing"), {})
+
+
+def backlog(api: Sidecar, prefix: str) -> None:
+    """3000 distinct keys on acc-0, each written twice: more than one offset map of the policy's
+    24 KiB holds (~900 keys), so the sidecar hands the partition to a CompactionJob."""
+    for chunk in range(30):
+        api.produce("acc", 0, [{"key": f"{prefix}{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)])
 
 
 def on_node(node: RealNode, staging: str) -> Path:
@@ -341,8 +354,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     wait_for(lambda: kubectl.json("get", "pod", POD, "-n", NAMESPACE)["metadata"]["uid"] != uid and lv_ready(kubectl),
              300, f"LogVolume {LV} Ready after the cleaner change rolled its pod", every_s=2)
     api = through_service(kubectl, LV)
-    for chunk in range(30):  # 3000 distinct keys, each written twice: more than one offset map holds
-        api.produce("acc", 0, [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)])
+    backlog(api, "b")
     cj = wait_for(lambda: next(iter(compaction_jobs(kubectl)), None), 180, "a CompactionJob for acc-0")
     name, staging = cj["metadata"]["name"], on_node(node, cj["spec"]["staging"])
     stuck = wait_for(lambda: (c := progressing(kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)))
@@ -367,8 +379,13 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "ResourceQuota",
                                                   "metadata": {"name": "one-pod", "namespace": NAMESPACE},
                                                   "spec": {"hard": {"pods": "1"}}}))
+    wait_for(lambda: (kubectl.json("get", "resourcequota", "one-pod", "-n", NAMESPACE).get("status") or {})
+             .get("used", {}).get("pods") == "1", 60, "the quota's usage counted (the sidecar's pod)")
     kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
             json.dumps([{"op": "remove", "path": "/spec/spark/resources"}]))
+    # a cancelled hand-off's backlog is the in-process cleaner's again (it cleaned it, pass by
+    # pass, in the first run of this step): a new backlog for the next hand-off
+    backlog(api, "c")
     nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
                    "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
     name = nxt["metadata"]["name"]
@@ -390,6 +407,15 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     wait_for(lambda: not kubectl.exists("job", f"{name}-a1", NAMESPACE), 60, f"Job {name}-a1 collected")
     mark(f"CompactionJob {name} Succeeded once the quota went, deleted "
          f"{FIGURES['finished CompactionJob deleted after (TTL 5 s) s']} s after it ended (TTL 5 s)")
+
+    # back to the default cleaner (a roll): no more hand-offs; the ones under way end, so that no
+    # unfinished CompactionJob - whose finalizer waits for the operator, by design - is left for
+    # step 19, which deletes the LogVolume with the operator down
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/spec/cleanerPolicyRef"}]))
+    wait_for(lambda: not unfinished_jobs(kubectl), 600, "no unfinished CompactionJob", every_s=2)
+    wait_for(lambda: lv_ready(kubectl), 300, f"LogVolume {LV} Ready with the default cleaner", every_s=2)
+    assert not unfinished_jobs(kubectl)
 
 
 def test_18_two_replicas_one_leader_and_hand_over(helm: Helm, kubectl: Kubectl, node: RealNode) -> None:
@@ -473,6 +499,7 @@ def test_19_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
     gone = FIGURES["operator pods gone after scale to 0 s"] = round(time.monotonic() - t0, 1)
     assert gone < 30, gone  # leader and standby exit on SIGTERM (regression: they waited out the 30 s grace)
     assert not lv_json(kubectl)["metadata"].get("finalizers")
+    assert not unfinished_jobs(kubectl)  # (one would hold its Job, its pod and the claim: step 17)
     t0 = time.monotonic()
     kubectl("delete", "logvolume", LV, "-n", NAMESPACE, "--wait=true", "--timeout=60s")
     deleted = FIGURES["delete with the operator down s"] = round(time.monotonic() - t0, 1)
@@ -480,6 +507,20 @@ def test_19_deletion_never_waits_for_the_operator(kubectl: Kubectl) -> None:
         wait_for(lambda k=kind, n=name: not kubectl.exists(k, n, NAMESPACE), 120,
                  f"{kind}/{name} removed by the garbage collector", every_s=2)
     mark(f"operator at 0 replicas: kubectl delete logvolume returned in {deleted} s, its children collected")
+
+    # a namespace holding a LogVolume and a CleanerPolicy deleted while the operator is down: the
+    # namespace controller deletes them and the namespace goes (no finalizer of ours on them)
+    ns = "e2e-bye"
+    kubectl("create", "namespace", ns)
+    kubectl("apply", "-f", "-", stdin=json.dumps({**JOBS_POLICY_YAML, "metadata": {"name": JOBS_POLICY,
+                                                                                    "namespace": ns}}))
+    kubectl("apply", "-f", "-", stdin=json.dumps({**LOGVOLUME, "metadata": {"name": LV, "namespace": ns}}))
+    t0 = time.monotonic()
+    kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s")
+    FIGURES["namespace with a LogVolume deleted, operator down s"] = round(time.monotonic() - t0, 1)
+    assert not kubectl("get", "namespace", ns, "--ignore-not-found", "-o", "name").stdout.strip()
+    mark(f"namespace {ns} with a LogVolume and a CleanerPolicy deleted with the operator down in "
+         f"{FIGURES['namespace with a LogVolume deleted, operator down s']} s")
 
 
 def test_20_uninstall_leaves_nothing(kubectl: Kubectl, helm: Helm, node: RealNode) -> None:
