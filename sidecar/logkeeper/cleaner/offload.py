@@ -52,7 +52,9 @@ error reading the staged files (another file system) only fails the hand-off (in
 
 Status (``status()``; /v1/status shows it per partition as ``offload``): state (``running``,
 ``swapping``, ``done``, ``failed``), attempt, staging directory, the job's arguments, started and
-finished times, reason, consecutive failures, next retry, and the last result's figures.
+finished times, reason, consecutive failures, next retry, the last result's figures, and while
+the job runs its ``progress`` (spark/progress.py: stage, tasks_done/tasks_total, bytes_done/
+bytes_total, bytes_written, spark_ui, spark_stages, updated_ms; {} otherwise).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from ..log.names import CLEANED_SUFFIX, TopicPartition
 from ..log.replace import CrashHook, fsync_dir
 from ..log.segment import LogSegment
 from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
+from ..spark.progress import read_progress
 from ..spark.rewrite import file_crc32c
 from .config import CleanerConfig
 from .install import install_staged
@@ -125,7 +128,10 @@ class OffloadStatus:
         return {"state": self.state, "attempt": self.attempt, "staging": self.staging, "job_args": list(self.job_args),
                 "started_ms": self.started_ms, "finished_ms": self.finished_ms, "reason": self.reason,
                 "failures": self.failures, "retry_at_ms": self.retry_at_ms, "result": dict(self.result),
-                "previous": dict(self.previous)}
+                "previous": dict(self.previous),
+                # the job's own progress document while it runs (spark/progress.py), read from the
+                # staging directory at each status request: any runner's job writes it there
+                "progress": read_progress(self.staging) if self.state in ("running", "waiting-for-job") else {}}
 
     def verdict(self) -> dict[str, Any]:
         """This attempt's outcome, kept as the next attempt's ``previous`` (empty while it runs)."""

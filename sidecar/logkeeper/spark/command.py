@@ -19,6 +19,13 @@ and workers (a lost node, the OOM killer). The workers are not in the driver's p
 (pyspark's daemon makes its own), so the driver, when it leads a session of its own (as the
 sidecar starts it), passes its session id to them in LOGKEEPER_SPARK_JOB_SESSION; without it a
 worker kills only its own group and the job fails with Spark's error instead.
+``group-written-raise`` makes that worker raise instead (the task fails; failure.json then
+holds the worker's traceback and the stage ``rewrite``). LOGKEEPER_SPARK_CHUNK_DELAY_MS=<ms>
+slows each chunk of the keys stage (tests that kill an executor mid-stage).
+
+Paths: --log-dir and --staging are made absolute against the current directory before anything
+else (executors on a cluster run in other directories). Progress: ``<staging>/progress.json``
+(progress.py), failure: ``<staging>/failure.json`` with the reason, the stage and the traceback.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ import argparse
 import importlib.util
 import logging
 import os
+import re
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -42,6 +51,7 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("logkeeper.spark")
 CRASH_ENV = "LOGKEEPER_SPARK_CRASH_AT"
 JOB_SESSION_ENV = "LOGKEEPER_SPARK_JOB_SESSION"
+CHUNK_DELAY_ENV = "LOGKEEPER_SPARK_CHUNK_DELAY_MS"
 
 
 def maybe_crash(step: str) -> None:
@@ -70,6 +80,22 @@ def maybe_kill_group(step: str) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
     os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def maybe_fail_task(step: str) -> None:
+    """In a Spark worker: raise right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names
+    ``<step>-raise`` (failure tests: the task fails, Spark retries it, the job fails with the
+    worker's traceback inside Spark's error)."""
+    if os.environ.get(CRASH_ENV) == f"{step}-raise":
+        raise RuntimeError(f"spark-compact: task failed after step {step} ({CRASH_ENV})")
+
+
+def maybe_delay_chunk() -> None:
+    """In a Spark worker: sleep LOGKEEPER_SPARK_CHUNK_DELAY_MS after reading a chunk (tests that
+    kill an executor while the keys stage runs need the stage to last)."""
+    delay = int(os.environ.get(CHUNK_DELAY_ENV) or 0)
+    if delay > 0:
+        time.sleep(delay / 1000.0)
 
 
 def _mark_job_session() -> None:
@@ -135,12 +161,36 @@ def plan_from_args(args: argparse.Namespace) -> CompactionPlan:
                            offsets=Offsets(args.log_start_offset, args.first_dirty_offset, args.end_offset), **kw)
 
 
+def absolute_paths(args: argparse.Namespace) -> None:
+    """--log-dir and --staging as the user typed them, made absolute against the directory the
+    command runs in, before anything else sees them: Spark's executors run elsewhere (a
+    standalone worker's work directory, a pod) and read the segments by the plan's paths.
+    Symbolic links are kept (os.path.abspath, not resolve): the path is the one every node mounts."""
+    args.log_dir = Path(os.path.abspath(args.log_dir))
+    args.staging = Path(os.path.abspath(args.staging))
+
+
+_PY_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit): \S")
+
+
+def one_line(e: BaseException) -> str:
+    """A failure's reason in one line. Spark's errors span pages and their first line names only
+    the Java call: Spark's 'Job aborted due to stage failure' line, else the last Python error
+    line inside the text (a worker's exception, as its traceback ends), else the first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    line = next((x for x in lines if "stage failure" in x), None) or \
+        next((x for x in reversed(lines) if _PY_ERROR_LINE.match(x)), None) or (lines[0] if lines else "")
+    return f"{type(e).__name__}: {line}"[:1000]
+
+
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from .manifest import write_failure
     from .plan import PlanError
+    from .progress import DONE, STARTING, Progress, write_progress
 
     out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
 
+    absolute_paths(args)
     staging: Path = args.staging
     try:
         require_log_dir(args.log_dir, "spark-compact --log-dir")
@@ -160,18 +210,24 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.write(f"logkeeper spark-compact: cannot create the staging directory {staging}: {e.strerror}\n")
         return 2
     started = time.monotonic()
+    progress = Progress()
+    write_progress(staging, progress)
     try:
         plan = plan_from_args(args)
         maybe_crash("planned")
         plan_seconds = time.monotonic() - started
         from .job import run_job, spark_session
 
+        progress.stage = STARTING
+        write_progress(staging, progress)
         _mark_job_session()
-        spark = spark_session(args.master, conf)
+        spark = spark_session(args.master, conf, read_bytes=plan.dirty_bytes + plan.clean_bytes)
         try:
-            manifest = run_job(spark, plan, staging)
+            manifest = run_job(spark, plan, staging, progress)
         finally:
             spark.stop()
+        progress.stage = DONE
+        write_progress(staging, progress)
         stats = manifest.stats
         out.write(f"spark-compact {plan.topic_partition}: [{plan.first_dirty_offset}, {plan.end_offset}) "
                   f"{len(plan.segments)} segments -> {len(manifest.outputs)}, {stats['keys']:,} keys, "
@@ -181,9 +237,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 0
     except (PlanError, InvalidConfigError, ValueError) as e:
         reason = str(e)  # a sentence about the partition or the arguments
+        trace = traceback.format_exc()  # in the except block: after it, there is no exception to format
     except Exception as e:
         _LOG.exception("spark-compact failed")
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    write_failure(staging, reason)
-    out.write(f"logkeeper spark-compact: {reason}\n")
+        reason = one_line(e)
+        trace = traceback.format_exc()
+    write_failure(staging, reason, progress.stage, trace)
+    out.write(f"logkeeper spark-compact: {reason} (stage {progress.stage})\n")
     return 1

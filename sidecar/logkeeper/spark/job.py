@@ -4,22 +4,27 @@ One exact round over a partition's dirty section, in three stages:
 
 1. plan (driver, plan.py): the segments, the round's offsets, the groups of cleaned segments
    with their transaction state, and batch-aligned chunks of the segments to read;
-2. keys (Spark): one task per chunk; a Python worker maps the segment file by path and emits
+2. keys (Spark): the chunks in at most 2 tasks a core (partitioning.py); a Python worker maps the segment file by path and emits
    (key: binary, p: long) for every keyed data record (extract.py), p = offset << 20 | group.
    ``groupBy(key).agg(max(p))`` (a hash aggregate over the full key bytes: no hash collision
    can merge two keys) gives each key's latest offset in the dirty section and, in its low
    bits, the group that holds it. When the round has a clean section (the log start below
    the first dirty offset), its records are left-semi-joined with the dirty keys: those are
    superseded;
-3. rewrite (Spark): the decisions are grouped by cleaned segment (``applyInArrow``); each group's
-   worker writes its ``.cleaned`` segment into ``<staging>/segments/`` with the in-process
+3. rewrite (Spark): the decisions are repartitioned so that each task gets whole groups, one
+   task a group up to 8 a core, the biggest first (partitioning.py: Spark's own hash
+   partitioning, steered, not groupBy's hash buckets that adaptive execution coalesces), and
+   grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned`` segment into ``<staging>/segments/`` with the in-process
    cleaner's filter (rewrite.py) and returns its files' sizes and CRCs. The driver writes
    ``<staging>/manifest.json`` last (manifest.py).
 
 Session: ``--master`` (default ``local[*]``, unless the job runs under spark-submit, which sets
 the master); PYSPARK_PYTHON is this interpreter (set before the session starts: the
 ``spark.pyspark.python`` conf is not honoured outside spark-submit) and SPARK_LOCAL_IP loopback
-for local masters; ``spark.sql.shuffle.partitions`` = 3 x the default parallelism.
+for local masters; ``spark.sql.shuffle.partitions`` (the keys aggregate's) = 3 x the default
+parallelism; the UI on (port 4040) and memory from the round's bytes unless ``--conf`` says
+otherwise (resources.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
+read and written), written by the driver to ``<staging>/progress.json`` every second (progress.py).
 
 For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (command.py
 lists them). The command line is command.py.
@@ -31,6 +36,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,35 +48,37 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..cleaner.exact import ExactDecisions
-from .command import maybe_crash, maybe_kill_group
+from .command import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
 from .extract import extract_keys
 from .manifest import SEGMENTS_DIR, InputSegment, Manifest, StagedFile, write_manifest
+from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
+from .progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
+from .resources import derived_conf
 from .rewrite import GroupOutput, build_manifest, rewrite_group
 
 KEPT = 0
 SUPERSEDED = 1
 SENTINEL = 2
 GROUP_MASK = (1 << GROUP_BITS) - 1
+PROGRESS_INTERVAL_S = 1.0
 
 
 # ---------------------------------------------------------------------------------------------- session
 def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
-                  app_name: str = "logkeeper-spark-compact") -> SparkSession:
-    """A session for the job: local[*] unless a master is given or spark-submit chose one."""
+                  app_name: str = "logkeeper-spark-compact", read_bytes: int = 0) -> SparkSession:
+    """A session for the job: local[*] unless a master is given or spark-submit chose one; the
+    UI on and memory from ``read_bytes`` unless ``conf`` says otherwise (resources.py)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not under_submit:
         master = "local[*]"
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).config("spark.ui.enabled", "false") \
-        .config("spark.ui.showConsoleProgress", "false")
+    builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-        if master.startswith("local"):
-            builder = builder.config("spark.driver.memory", "2g")
-    for key, value in (conf or {}).items():
+    for key, value in derived_conf(read_bytes, master, conf or {}, under_submit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -79,9 +87,69 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     return spark
 
 
+class _Reporter:
+    """The driver's progress.json writer (progress.py): the job's own units from accumulators the
+    tasks add to (merged in the driver as each task succeeds), Spark's stages from its status
+    tracker, once a second on a daemon thread and at every stage change."""
+
+    def __init__(self, spark: SparkSession, plan: CompactionPlan, staging: Path, progress: Progress) -> None:
+        sc = spark.sparkContext
+        self.sc, self.staging, self.progress = sc, staging, progress
+        self.chunks, self.chunk_bytes = sc.accumulator(0), sc.accumulator(0)
+        self.groups, self.group_bytes, self.written = sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)
+        self.n_chunks = len(plan.chunks)
+        self.read_bytes = sum(c.end_position - c.start_position for c in plan.chunks)
+        self.n_groups = len(plan.groups)
+        self.group_read_bytes = sum(plan.segments[i].size for g in plan.groups for i in g.segments)
+        progress.spark_ui = sc.uiWebUrl or ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="spark-compact-progress", daemon=True)
+
+    def __enter__(self) -> _Reporter:
+        self.update()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.update()
+
+    def set_stage(self, stage: str) -> None:
+        self.progress.stage = stage
+        self.update()
+
+    def update(self) -> None:
+        p = self.progress
+        chunks = min(self.n_chunks, int(self.chunks.value))
+        if p.stage == KEYS and chunks >= self.n_chunks:
+            p.stage = REWRITE  # every chunk read: the shuffle's other side runs
+        if p.stage == KEYS:
+            p.tasks_done, p.tasks_total = chunks, self.n_chunks
+            p.bytes_done, p.bytes_total = min(self.read_bytes, int(self.chunk_bytes.value)), self.read_bytes
+        elif p.stage != STARTING:  # the rewrite and the steps after it: the groups' figures
+            p.tasks_done, p.tasks_total = min(self.n_groups, int(self.groups.value)), self.n_groups
+            p.bytes_done = min(self.group_read_bytes, int(self.group_bytes.value))
+            p.bytes_total = self.group_read_bytes
+        p.bytes_written = int(self.written.value)
+        try:
+            tracker = self.sc.statusTracker()
+            infos = (tracker.getStageInfo(i) for i in sorted(tracker.getActiveStageIds()))
+            p.spark_stages = [{"id": i.stageId, "tasks_done": i.numCompletedTasks, "tasks_total": i.numTasks,
+                               "tasks_active": i.numActiveTasks, "tasks_failed": i.numFailedTasks}
+                              for i in infos if i is not None]
+        except Exception:  # the context stopping under us: the job's own figures still go out
+            p.spark_stages = []
+        write_progress(self.staging, p)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(PROGRESS_INTERVAL_S):
+            self.update()
+
+
 # ---------------------------------------------------------------------------------------------- workers
-def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], batches: Iterator[pa.RecordBatch]
-                       ) -> Iterator[pa.RecordBatch]:
+def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], done: tuple[Any, Any],
+                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     config = plan.log_config()
     for batch in batches:
         for row in batch.column(0).to_pylist():
@@ -98,16 +166,24 @@ def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], batches: Iter
                     yield pa.RecordBatch.from_arrays([keys, packed], names=["k", "p"])
             finally:
                 seg.close_handlers()
+            maybe_delay_chunk()
+            done[0].add(1)
+            done[1].add(chunk.end_position - chunk.start_position)
 
 
-def _rewrite(plan: CompactionPlan, out_dir: str, key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-    g = int(key[0].as_py())
+def _rewrite(plan: CompactionPlan, out_dir: str, done: tuple[Any, Any, Any], key: tuple[Any, ...],
+             table: pa.Table) -> pa.Table:
+    g = int(key[1].as_py())  # key: (the task's partition key b, the group)
     kinds = table.column("t").to_numpy()
     offsets = table.column("o").to_numpy().astype(np.int64)
     kept = offsets[kinds == KEPT]
     decisions = ExactDecisions.of(plan.latest_offset, plan.first_dirty_offset, kept, offsets[kinds == SUPERSEDED])
     out = rewrite_group(plan, g, decisions, Path(out_dir))
     maybe_kill_group("group-written")
+    maybe_fail_task("group-written")
+    done[0].add(1)
+    done[1].add(out.bytes_read)
+    done[2].add(out.bytes_written)
     doc = {"group": out.group, "base_offset": out.base_offset, "replaces": list(out.replaces),
            "inputs": [i.to_dict() for i in out.inputs], "files": [f.to_dict() for f in out.files],
            "keys": int(kept.size), "messages_read": out.messages_read, "bytes_read": out.bytes_read,
@@ -126,41 +202,63 @@ def _group_output(doc: dict[str, Any]) -> GroupOutput:
 
 
 # ---------------------------------------------------------------------------------------------- the job
-def _keys_frame(spark: SparkSession, plan: CompactionPlan, side: int) -> DataFrame | None:
+def _keys_frame(spark: SparkSession, plan: CompactionPlan, side: int, done: tuple[Any, Any]) -> DataFrame | None:
     ids = [c.chunk_id for c in plan.chunks if c.side == side]
     if not ids:
         return None
-    fn = functools.partial(_chunk_key_batches, plan, ids)
-    return spark.range(0, len(ids), 1, len(ids)).mapInArrow(fn, "k binary, p long")
+    fn = functools.partial(_chunk_key_batches, plan, ids, done)
+    slices = keys_slices(len(ids), spark.sparkContext.defaultParallelism)
+    return spark.range(0, len(ids), 1, slices).mapInArrow(fn, "k binary, p long")
 
 
-def _decisions(spark: SparkSession, plan: CompactionPlan, p: str = "p") -> DataFrame:
+def _decisions(spark: SparkSession, plan: CompactionPlan, done: tuple[Any, Any], p: str = "p") -> DataFrame:
     def split(df: DataFrame, kind: int) -> DataFrame:
         return df.select(F.col(p).bitwiseAND(GROUP_MASK).cast("int").alias("g"),
                          F.shiftright(F.col(p), GROUP_BITS).alias("o"), F.lit(kind).cast("byte").alias("t"))
 
     sentinels = spark.createDataFrame([(g.index, -1, SENTINEL) for g in plan.groups], "g int, o long, t byte")
-    dirty = _keys_frame(spark, plan, DIRTY)
+    dirty = _keys_frame(spark, plan, DIRTY, done)
     if dirty is None:
         return sentinels
     winners = dirty.groupBy("k").agg(F.max(p).alias(p))
     out = split(winners, KEPT).unionByName(sentinels)
-    clean = _keys_frame(spark, plan, CLEAN)
+    clean = _keys_frame(spark, plan, CLEAN, done)
     if clean is not None:
         superseded = clean.join(winners.select("k"), on="k", how="left_semi")
         out = out.unionByName(split(superseded, SUPERSEDED))
     return out
 
 
-def run_job(spark: SparkSession, plan: CompactionPlan, staging: Path) -> Manifest:
-    """Stages 2 and 3 on ``spark``; writes and returns the manifest."""
+def _by_rewrite_task(spark: SparkSession, plan: CompactionPlan, decisions: DataFrame) -> DataFrame:
+    """The decisions repartitioned so that each rewrite task gets whole groups, evenly by bytes
+    (partitioning.py): column b holds, per group, a key that Spark hashes into its bin's partition."""
+    slots = rewrite_slots(len(plan.groups), spark.sparkContext.defaultParallelism)
+    sizes = [sum(plan.segments[i].size for i in g.segments) for g in plan.groups]
+    keys = partition_keys(slots)
+    by_group = F.array(*[F.lit(keys[b]) for b in pack_groups(sizes, slots)])
+    return decisions.withColumn("b", F.element_at(by_group, F.col("g") + 1)).repartition(slots, "b")
+
+
+def run_job(spark: SparkSession, plan: CompactionPlan, staging: Path, progress: Progress | None = None) -> Manifest:
+    """Stages 2 and 3 on ``spark``; writes and returns the manifest. ``progress`` (the caller's, so
+    that it knows the stage a failure happened in) is kept up to date in <staging>/progress.json."""
+    progress = progress if progress is not None else Progress()
+    with _Reporter(spark, plan, Path(staging), progress) as reporter:
+        return _run(spark, plan, Path(staging), reporter)
+
+
+def _run(spark: SparkSession, plan: CompactionPlan, staging: Path, reporter: _Reporter) -> Manifest:
     started = time.monotonic()
-    out_dir = Path(staging) / SEGMENTS_DIR
+    out_dir = staging / SEGMENTS_DIR
     out_dir.mkdir(parents=False, exist_ok=True)
     where = str(out_dir)
+    reporter.set_stage(KEYS)
+    chunk_done = (reporter.chunks, reporter.chunk_bytes)
+    group_done = (reporter.groups, reporter.group_bytes, reporter.written)
     # a lambda: applyInArrow reads the UDF's kind from type hints, and a partial has none it can read
-    rows = _decisions(spark, plan).groupBy("g").applyInArrow(
-        lambda key, table: _rewrite(plan, where, key, table), "g int, result string").collect()
+    rows = _by_rewrite_task(spark, plan, _decisions(spark, plan, chunk_done)).groupBy("b", "g").applyInArrow(
+        lambda key, table: _rewrite(plan, where, group_done, key, table), "g int, result string").collect()
+    reporter.set_stage(CHECKING)
     outputs = sorted((_group_output(json.loads(r["result"])) for r in rows), key=lambda o: o.base_offset)
     if [o.group for o in outputs] != [g.index for g in plan.groups]:
         raise RuntimeError(f"the job wrote groups {[o.group for o in outputs]}, the plan has {len(plan.groups)}")
@@ -170,6 +268,7 @@ def run_job(spark: SparkSession, plan: CompactionPlan, staging: Path) -> Manifes
             if size != f.size:
                 raise RuntimeError(f"staged {f.name} is {size} bytes, its group wrote {f.size}")
     maybe_crash("written")
+    reporter.set_stage(MANIFEST_STAGE)
     sc = spark.sparkContext
     keys = sum(int(json.loads(r["result"])["keys"]) for r in rows)
     manifest = build_manifest(plan, outputs, keys, time.monotonic() - started,

@@ -160,17 +160,31 @@ def read_manifest(staging: Path) -> Manifest:
     return Manifest.from_dict(doc)
 
 
-def write_failure(staging: Path, reason: str) -> None:
-    """What a failed job leaves for the sidecar (best effort): ``failure.json`` {"reason": ...}."""
+def write_failure(staging: Path, reason: str, stage: str = "", traceback: str = "") -> None:
+    """What a failed job leaves for the sidecar (best effort): ``failure.json`` {"reason": one line,
+    "stage": the job's stage that failed (progress.py), "traceback": the driver's whole traceback};
+    stage and traceback are left out when empty (a job cancelled from outside has neither)."""
     try:
-        _write_json_atomically(Path(staging) / FAILURE, {"reason": reason})
+        doc = {"reason": reason, **({"stage": stage} if stage else {}),
+               **({"traceback": traceback} if traceback else {})}
+        _write_json_atomically(Path(staging) / FAILURE, doc)
     except OSError:
         pass
 
 
-def read_failure(staging: Path) -> str | None:
+def read_failure_doc(staging: Path) -> dict[str, Any] | None:
+    """The whole failure.json (reason, stage, traceback), None when absent or unreadable."""
     try:
         doc = json.loads((Path(staging) / FAILURE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return str(doc.get("reason", "unknown")) if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else None
+
+
+def read_failure(staging: Path) -> str | None:
+    """The failure's one-line reason, prefixed with the stage that failed when the job named it."""
+    doc = read_failure_doc(staging)
+    if doc is None:
+        return None
+    reason = str(doc.get("reason", "unknown"))
+    return f"{reason} (stage {doc['stage']})" if doc.get("stage") else reason

@@ -1,0 +1,59 @@
+"""The Spark settings the job derives from its plan and master (no pyspark here).
+
+Memory, from the bytes of segment the round reads (its dirty and clean sections):
+
+- the JVM that runs the tasks holds the keys stage's hash aggregate and shuffle buffers, which
+  grow with the keys (about 40-60 bytes a key in Spark's rows for 16-byte keys; a backlog of
+  records of ~120 bytes has about a key per 120-180 bytes): ``1 GiB + bytes / 4`` keeps the
+  aggregate of a backlog whose records are all distinct keys in memory with room to spare, at
+  most 8 GiB (Spark spills to disk past that instead of failing). In local mode that JVM is the
+  driver (``spark.driver.memory``); on a cluster it is each executor, and the bytes are split
+  among ``spark.executor.instances`` when given (else the job cannot know how many there will
+  be, and sizes each executor for the whole backlog);
+- outside local mode the driver holds only the plan (a few hundred bytes a chunk, shipped with
+  every task) and the groups' results: ``1 GiB + bytes / 256``, at most 4 GiB.
+
+Every value is a default: a ``--conf`` of the same key (or spark-submit's, whose driver JVM has
+started before the job runs: then spark.driver.memory is not set here at all) wins.
+
+The Spark UI is on at ``spark.ui.port`` 4040 (Spark's own default; taken, Spark tries the next
+ports, and the progress document names the URL it got); ``--conf spark.ui.enabled=false`` turns
+it off.
+"""
+
+from __future__ import annotations
+
+GIB = 1 << 30
+MIB = 1 << 20
+UI_PORT = 4040
+MAX_TASK_HEAP = 8 * GIB
+MAX_DRIVER_HEAP = 4 * GIB
+
+
+def _mib(n: int) -> str:
+    return f"{max(1, n // MIB)}m"
+
+
+def task_heap_bytes(read_bytes: int, executors: int = 1) -> int:
+    """The heap of one JVM running the job's tasks for a round reading ``read_bytes``."""
+    return min(MAX_TASK_HEAP, GIB + read_bytes // (4 * max(1, executors)))
+
+
+def derived_conf(read_bytes: int, master: str | None, conf: dict[str, str], under_submit: bool = False
+                 ) -> dict[str, str]:
+    """The session's conf: ``conf`` (the user's, which wins) over the derived defaults."""
+    out: dict[str, str] = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT),
+                           "spark.ui.showConsoleProgress": "false"}
+    # no master and no spark-submit: the job's local[*]; no master under spark-submit: its master,
+    # unknown here, so sized as a cluster's (spark.executor.memory is ignored in local mode)
+    local = master.startswith("local") if master is not None else not under_submit
+    if local:
+        if not under_submit:
+            out["spark.driver.memory"] = _mib(task_heap_bytes(read_bytes))
+    else:
+        executors = int(conf.get("spark.executor.instances", "0") or 0)
+        out["spark.executor.memory"] = _mib(task_heap_bytes(read_bytes, executors))
+        if not under_submit:
+            out["spark.driver.memory"] = _mib(min(MAX_DRIVER_HEAP, GIB + read_bytes // 256))
+    out.update(conf)
+    return out
