@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .times import epoch_of
+from .times import epoch_of, rfc3339
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 PHASES = (PENDING, RUNNING, SUCCEEDED, FAILED)
@@ -89,6 +89,7 @@ class HandOff:
     state: str = ""
     reason: str = ""
     result: Mapping[str, Any] | None = None
+    progress: Mapping[str, Any] | None = None  # the job's progress.json while it runs (spark/progress.py)
 
     @classmethod
     def of(cls, entry: Mapping[str, Any] | None, hand_off: str, reachable: bool) -> HandOff:
@@ -98,7 +99,30 @@ class HandOff:
             entry = entry["previous"]  # a newer hand-off started after this one ended: its verdict stands
         if not entry or entry.get("attempt") != hand_off:
             return cls(True, "gone", "the sidecar no longer has this hand-off (it restarted, or gave it up)")
-        return cls(True, str(entry.get("state") or ""), str(entry.get("reason") or ""), entry.get("result") or {})
+        progress = entry.get("progress")
+        return cls(True, str(entry.get("state") or ""), str(entry.get("reason") or ""), entry.get("result") or {},
+                   progress if isinstance(progress, Mapping) else None)
+
+
+def progress_status(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A CompactionJob's ``status.progress`` from the job's progress document (as the sidecar
+    relays it; spark/progress.py): the stage, its units and bytes, the Spark UI, and ``summary``
+    (the PROGRESS column: "rewrite 3/6, 41%"). None when the job has written none yet."""
+    if not doc or not doc.get("stage"):
+        return None
+
+    def num(key: str) -> int:
+        v = doc.get(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+    done, total, read, size = num("tasks_done"), num("tasks_total"), num("bytes_done"), num("bytes_total")
+    summary = str(doc["stage"]) + (f" {done}/{total}" if total else "") + (f", {100 * read // size}%" if size else "")
+    out: dict[str, Any] = {"stage": str(doc["stage"]), "tasksDone": done, "tasksTotal": total, "bytesDone": read,
+                           "bytesTotal": size, "bytesWritten": num("bytes_written"), "summary": summary}
+    if doc.get("spark_ui"):
+        out["sparkUI"] = str(doc["spark_ui"])
+    if num("updated_ms"):
+        out["updatedTime"] = rfc3339(num("updated_ms") / 1000)
+    return out
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,18 @@ def all_crds() -> dict[str, Schema]:
         "message": {"type": "string"},
         "observedGeneration": {"type": "integer", "format": "int64"},
         "conditions": _conditions(),
+        "progress": {"type": "object", "description": "The Spark job's progress while it runs, as the sidecar "
+                                                      "relays it (the job's progress.json).",
+                     "properties": {
+                         "stage": {"type": "string", "description": "planning, starting-spark, keys, rewrite, "
+                                                                     "checking, manifest or done"},
+                         "tasksDone": {"type": "integer"}, "tasksTotal": {"type": "integer"},
+                         "bytesDone": {"type": "integer", "format": "int64"},
+                         "bytesTotal": {"type": "integer", "format": "int64"},
+                         "bytesWritten": {"type": "integer", "format": "int64"},
+                         "sparkUI": {"type": "string", "description": "The Spark UI's URL (the driver's pod)."},
+                         "updatedTime": {"type": "string", "format": "date-time"},
+                         "summary": {"type": "string"}}},
     }}
     cj = crd(COMPACTIONJOB, cj_spec, cj_status, [
         _column("Phase", ".status.phase"),
@@ -177,6 +189,8 @@ def all_crds() -> dict[str, Schema]:
         _column("Reason", '.status.conditions[?(@.type=="Progressing")].reason',
                 description="Pending, PodPending, Unschedulable, AdmissionRejected, Running, AwaitingSwap, or "
                             "why it ended"),
+        _column("Progress", ".status.progress.summary", description="The job's stage, its units done/total "
+                                                                     "and the share of bytes read"),
         _column("Submission", ".status.submissionId", priority=1),
         _column("Message", ".status.message", priority=1),
         AGE,

@@ -35,6 +35,7 @@ from .compaction import (
     conditions,
     expired,
     next_step,
+    progress_status,
 )
 from .jobspec import CompactionJobSpec, JobHistory, parse_compactionjob, parse_job_history
 from .k8s import ApiError, Kube
@@ -223,6 +224,9 @@ def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = 
             events.append(Event("Warning", seen.reason, seen.message))
     if st.get("message") != message:
         out["message"] = message
+    progress = progress_status(sidecar.progress)
+    if progress is not None and progress != st.get("progress"):
+        out["progress"] = progress
     return _with_conditions(st, out, st.get("phase") or PENDING, reason, message, step, events)
 
 

@@ -10,7 +10,7 @@ import kopf
 import pytest
 
 from logkeeper_operator import handlers, jobs, periodic, reconcile
-from logkeeper_operator.compaction import attempt_pod, conditions, expired
+from logkeeper_operator.compaction import attempt_pod, conditions, expired, progress_status
 from logkeeper_operator.names import FINALIZER, KOPF_FINALIZER
 from tests.operator_fakes import FakeKube, FakeSidecar
 
@@ -194,6 +194,25 @@ def test_conditions_follow_the_attempts_pod(monkeypatch: pytest.MonkeyPatch) -> 
     periodic.compaction_pass(kube, ["ns"], now_s=102.0)  # still rejected: no second Warning
     assert len([e for e in kube.list("v1", "Event", "ns") if e.get("reason") == "AdmissionRejected"
                 and e.get("reportingComponent")]) == 1
+
+
+def test_the_jobs_progress_is_in_the_compactionjobs_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: the job's progress.json, relayed by the sidecar's /v1/status, becomes
+    status.progress (and the PROGRESS column's summary)."""
+    running = {**WAITING, "state": "running", "progress": {
+        "stage": "rewrite", "tasks_done": 3, "tasks_total": 6, "bytes_done": 410, "bytes_total": 1000,
+        "bytes_written": 300, "spark_ui": "http://10.1.1.2:4040", "spark_stages": [], "updated_ms": 100_000}}
+    kube = _cluster(monkeypatch, running)
+    kube.put(cj_body())
+    periodic.compaction_pass(kube, ["ns"], now_s=100.0)  # submits attempt 1
+    periodic.compaction_pass(kube, ["ns"], now_s=101.0)  # waits: the progress shown
+    st = kube.objects[("CompactionJob", "ns", "cj")]["status"]
+    assert st["progress"] == {"stage": "rewrite", "tasksDone": 3, "tasksTotal": 6, "bytesDone": 410,
+                              "bytesTotal": 1000, "bytesWritten": 300, "summary": "rewrite 3/6, 41%",
+                              "sparkUI": "http://10.1.1.2:4040", "updatedTime": "1970-01-01T00:01:40Z"}
+    assert progress_status({}) is None and progress_status({"stage": "planning"}) == {
+        "stage": "planning", "tasksDone": 0, "tasksTotal": 0, "bytesDone": 0, "bytesTotal": 0, "bytesWritten": 0,
+        "summary": "planning"}
 
 
 def test_attempt_pod_reasons() -> None:
