@@ -49,3 +49,5 @@ def test_packing_and_slices() -> None:
     assert pack_groups([100, 1, 1, 1], 2) == [0, 1, 1, 1]
     assert pack_groups([3], 8) == [0]
     assert keys_slices(45, 2) == 4 and keys_slices(3, 2) == 3 and keys_slices(0, 2) == 1
+    # a big backlog: a task per 64 MiB chunk (32 MiB a task at least)
+    assert keys_slices(55, 2, 55 * (64 << 20)) == 55 and keys_slices(100, 2, 10 * (32 << 20)) == 10

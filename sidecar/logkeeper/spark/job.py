@@ -4,8 +4,9 @@ One exact round over a partition's dirty section, in three stages:
 
 1. plan (driver, plan.py): the segments, the round's offsets, the groups of cleaned segments
    with their transaction state, and batch-aligned chunks of the segments to read;
-2. keys (Spark): the chunks in at most 2 tasks a core (partitioning.py); a Python worker maps the segment file by path and emits
-   (key: binary, p: long) for every keyed data record (extract.py), p = offset << 20 | group.
+2. keys (Spark): a task per chunk, small chunks sharing tasks (partitioning.py); a Python
+   worker maps the segment file by path and emits (key: binary, p: long) for every keyed data
+   record (extract.py), p = offset << 20 | group.
    ``groupBy(key).agg(max(p))`` (a hash aggregate over the full key bytes: no hash collision
    can merge two keys) gives each key's latest offset in the dirty section and, in its low
    bits, the group that holds it. When the round has a clean section (the log start below
@@ -14,9 +15,10 @@ One exact round over a partition's dirty section, in three stages:
 3. rewrite (Spark): the decisions are repartitioned so that each task gets whole groups, one
    task a group up to 8 a core, the biggest first (partitioning.py: Spark's own hash
    partitioning, steered, not groupBy's hash buckets that adaptive execution coalesces), and
-   grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned`` segment into ``<staging>/segments/`` with the in-process
-   cleaner's filter (rewrite.py) and returns its files' sizes and CRCs. The driver writes
-   ``<staging>/manifest.json`` last (manifest.py).
+   grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned``
+   segment into ``<staging>/segments/`` with the in-process cleaner's filter (rewrite.py) and
+   returns its files' sizes and CRCs. The driver writes ``<staging>/manifest.json`` last
+   (manifest.py).
 
 Session: ``--master`` (default ``local[*]``, unless the job runs under spark-submit, which sets
 the master); PYSPARK_PYTHON is this interpreter (set before the session starts: the
@@ -207,7 +209,8 @@ def _keys_frame(spark: SparkSession, plan: CompactionPlan, side: int, done: tupl
     if not ids:
         return None
     fn = functools.partial(_chunk_key_batches, plan, ids, done)
-    slices = keys_slices(len(ids), spark.sparkContext.defaultParallelism)
+    read = sum(plan.chunks[i].end_position - plan.chunks[i].start_position for i in ids)
+    slices = keys_slices(len(ids), spark.sparkContext.defaultParallelism, read)
     return spark.range(0, len(ids), 1, slices).mapInArrow(fn, "k binary, p long")
 
 
