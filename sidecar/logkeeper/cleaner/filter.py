@@ -49,6 +49,7 @@ import numpy as np
 from ..log.log import Log
 from ..log.segment import AppendedBatch, LogSegment
 from ..records.batch import crc32c, crc_mismatch
+from ..records.codec_pool import codec_map
 from ..records.compression import Codec, compress
 from ..records.crc_kernels import HAVE_HW_CRC
 from ..records.scan import BatchTable, walk_error
@@ -301,10 +302,12 @@ class SegmentFilter:
             return view
         parts: list[bytes | memoryview] = []
         cursor = 0
-        for r in compressed:
+        bodies = codec_map(lambda r: compress(Codec(int(codecs[r])),  # on every core (records/codec_pool.py)
+                                              view[int(out_pos[r]) + fk.HEADER_SIZE:int(out_pos[r] + out_size[r])]),
+                           compressed)
+        for r, body in zip(compressed, bodies, strict=True):
             p, s = int(out_pos[r]), int(out_size[r])
             parts.append(view[cursor:p])
-            body = compress(Codec(int(codecs[r])), view[p + fk.HEADER_SIZE:p + s])
             header = bytearray(view[p:p + fk.HEADER_SIZE])
             _BE32.pack_into(header, 8, fk.HEADER_SIZE - 12 + len(body))
             _BEU32.pack_into(header, 17, crc32c(bytes(header[21:]) + body))

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptRecordError
 from ..log.segment import LogSegment
+from ..records.codec_pool import codec_map
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, scan_batches
 
@@ -125,18 +126,21 @@ def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_
     rows = np.flatnonzero(in_dbuf)
     if rows.size == 0:
         return RecordAreas(_EMPTY, in_dbuf, start, end)
-    parts: list[bytes] = []
     cursor = 0
     mm_view = view.buf.data
-    for i in rows.tolist():
+    row_list = rows.tolist()
+
+    def inflate(i: int) -> bytes:
         pos = int(positions[i])
         try:
-            data = decompress(Codec(int(codecs[i])), mm_view[pos + HEADER_SIZE:int(end[i])], pos)
+            return decompress(Codec(int(codecs[i])), mm_view[pos + HEADER_SIZE:int(end[i])], pos)
         except CorruptRecordError as e:
             raise e.in_file(view.path) from None
         except ValueError as e:  # an id that is no codec
             raise CorruptRecordError(pos, str(e), view.path) from None
-        parts.append(data)
+
+    parts = codec_map(inflate, row_list)  # on every core (records/codec_pool.py); the first error in row order
+    for i, data in zip(row_list, parts, strict=True):
         start[i] = cursor
         cursor += len(data)
         end[i] = cursor

@@ -1,0 +1,37 @@
+"""Compressing and decompressing many batches at once on a pool of threads (issue 23).
+
+The codec libraries (zlib, cramjam's snappy/lz4/zstd) release the GIL while they work, so the
+batches of a cleaning window are (de)compressed on every core: a mixed-codec log's cleaning is
+bound by its codecs (bench/results/codec_ceiling.md). ``codec_map(fn, items)`` is
+``[fn(x) for x in items]`` with the same order of results and the same first error (the earliest
+item's, as the loop would raise); a few items, or a one-core machine, stay on the caller's thread.
+The pool is made on first use and kept for the process (daemon threads of the executor).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MIN_ITEMS = 4  # fewer are not worth handing over
+_THREADS = min(os.cpu_count() or 1, 8)
+_pool: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+
+
+def codec_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    if len(items) < MIN_ITEMS or _THREADS < 2:
+        return [fn(x) for x in items]
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="codec")
+        pool = _pool
+    chunk = max(1, len(items) // (4 * _THREADS))
+    return list(pool.map(fn, items, chunksize=chunk))
