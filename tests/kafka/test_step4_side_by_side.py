@@ -307,3 +307,7 @@ def test_kafka_and_logkeeper_clean_alike(kafka: KafkaDist, broker_factory: Broke
     table = _write_results(kafka, (warm_round, warm_load), (broker_round, broker_load),
                            (same_round, same_wall, same_load), (own_round, own_wall, own_load), workload, produce_s)
     print(f"\n{STEP}: {len(survivors):,} survivors of {n:,} records on every side\n{table}\n(written to {RESULTS})")
+    for case, ours in (("the broker's bytes", same_round), ("logkeeper's own write", own_round)):
+        # the one-line form of every logkeeper-vs-Kafka comparison (bench/side_by_side.py)
+        print(f"side-by-side mixed-codec cleaner, {case}: logkeeper {ours.mb_per_sec:.1f} MB/s, "
+              f"kafka {broker_round.mb_per_sec:.1f} MB/s, ratio {ours.mb_per_sec / broker_round.mb_per_sec:.2f}x")
