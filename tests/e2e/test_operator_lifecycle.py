@@ -17,7 +17,8 @@ module after test_e2e.py (modules in name order, steps in file order; one sessio
     Unschedulable with the scheduler's message; deleting the CompactionJob deletes its Job and the
     sidecar removes the hand-off's staging; a quota refusing the next attempt's pod is
     AdmissionRejected with the FailedCreate event; lifted, the job succeeds and is deleted after
-    the CleanerPolicy's ttlSecondsAfterFinished;
+    the CleanerPolicy's ttlSecondsAfterFinished; one deleted while its pod runs Spark is cancelled
+    (Job and pod deleted, staging removed);
 18. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
     (its /metrics says leader 1, the other's 0); the leader pod deleted (released on SIGTERM), then
     the next leader's force-deleted: each time the standby takes the Lease (measured); then the
@@ -407,6 +408,26 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     wait_for(lambda: not kubectl.exists("job", f"{name}-a1", NAMESPACE), 60, f"Job {name}-a1 collected")
     mark(f"CompactionJob {name} Succeeded once the quota went, deleted "
          f"{FIGURES['finished CompactionJob deleted after (TTL 5 s) s']} s after it ended (TTL 5 s)")
+
+    # deleting a CompactionJob while its pod runs Spark: the Job and its pod deleted, the staging removed
+    done_names = {name}
+    backlog(api, "d")
+    cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in done_names
+                                and (c.get("status") or {}).get("phase") == "Running"), None), 180,
+                  "a third CompactionJob Running")
+    name, staging = cj["metadata"]["name"], on_node(node, cj["spec"]["staging"])
+    wait_for(lambda: progressing(kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)).get("reason")
+             == "Running", 120, f"CompactionJob {name}'s pod Running", every_s=0.5)
+    t0 = time.monotonic()
+    kubectl("delete", "compactionjob", name, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    assert not kubectl.exists("job", f"{name}-a1", NAMESPACE)
+    wait_for(lambda: not [p for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l",
+                                                  f"job-name={name}-a1")["items"]], 120,
+             f"{name}-a1's pod deleted", every_s=1)
+    wait_for(lambda: not staging.exists(), 120, f"the running hand-off's staging {staging} removed", every_s=1)
+    FIGURES["cancel while Running to staging removed s"] = round(time.monotonic() - t0, 1)
+    mark(f"CompactionJob {name} deleted while its pod ran Spark: Job and pod gone, staging removed after "
+         f"{FIGURES['cancel while Running to staging removed s']} s")
 
     # back to the default cleaner (a roll): no more hand-offs; the ones under way end, so that no
     # unfinished CompactionJob - whose finalizer waits for the operator, by design - is left for
