@@ -172,9 +172,10 @@ bench-kafka: setup
 	$(PY) bench/bench_kafka_perf.py
 	$(PY) bench/bench_kafka_cleaner.py
 
-# The Spark compaction job (local[1], local[2]) vs the in-process cleaner on W10 and on a backlog of
-# 20M distinct keys in 30M records (3.5 GB; scratch space ~3x that in $$TMPDIR): bench/results/spark.md.
-# BENCH_SPARK_ARGS="--keys N" for a smaller backlog.
+# The Spark compaction job (local[1], local[2], a standalone cluster of 2 one-core workers) vs
+# `logkeeper clean` (128 MiB and 2 GiB dedupe buffers) on backlogs of 1M, 4M, 10M distinct keys
+# (scratch ~3x the largest in $$TMPDIR): bench/results/spark.md and spark.svg (about 20 min on 2 cores).
+# BENCH_SPARK_ARGS="--keys 1M,4M,10M,40M" for other sizes.
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
 	@$(EDITABLE) $(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark]'

@@ -1,44 +1,31 @@
-"""Benchmark: the Spark compaction job (``logkeeper spark-compact``, local Spark) against the
-in-process cleaner, on W10 and on a backlog whose distinct keys overflow a 128 MiB offset map.
+"""Benchmark: the Spark compaction job (``logkeeper spark-compact``) against ``logkeeper clean`` on
+backlogs from 1M distinct keys up (issue 21).
 
 Run: ``make bench-spark`` (= ``.venv/bin/python bench/bench_spark.py`` with the spark extra
-installed). Options: ``--keys N`` (the backlog's distinct keys, default 20M), ``--no-w10``,
-``--no-scaling`` (no local[1] runs), ``--dir D`` (scratch space: about 3x the backlog's bytes). Writes the tables,
-with the command, date and machine, to ``bench/results/spark.md``. Every figure comes from one run
-of this script, page cache warm:
+installed). Options: ``--keys 1M,4M,10M`` (the backlog sizes), ``--no-standalone``, ``--dir D``
+(scratch space: about 3x the largest backlog's bytes). Writes the table, with the command, date and
+machine, to ``bench/results/spark.md`` and the plot to ``bench/results/spark.svg``. Every figure
+comes from one run of this script, page cache warm. For each size:
 
-- W10 (bench_cleaner.py's, the same bytes): ten segments of 1M records (8-byte keys drawn
-  uniformly from 1M, 100-byte values, batches of 100-500 records, uncompressed, ~1.18 GB),
-  then an empty active segment.
-- backlog: exactly ``--keys`` distinct 8-byte keys in 1.5x as many records (every key once plus
-  a half as many overwrites of uniformly drawn keys, all shuffled), the same record shape, 1M
-  records a segment, then an empty active segment. Its distinct keys exceed what the default
-  offset map holds (128 MiB: 5,592,405 slots x load factor 0.9 = 5.03M keys), so the in-process
-  cleaner needs several rounds; the Spark job takes one.
-- ``plain read``: every ``.log`` byte of the partition read sequentially, in this process: the
-  baseline. ``x plain read`` = wall time / plain read time; MB/s = dirty MB / wall time.
-- ``in-process``: the cleaner as ``logkeeper clean`` runs it (clean_command.open_logs, LogCleaner
-  with one thread and Kafka's default 128 MiB dedupe buffer, rounds until nothing is cleanable,
-  close_logs), with ``min.cleanable.dirty.ratio=0`` so that it cleans the whole backlog rather
-  than stopping once the dirty share drops under 0.5; on a fresh copy; rounds and the bytes read
-  and written summed over the rounds (each round rewrites the log from its start to the round's
-  end).
-- ``spark local[N]``: ``python -m logkeeper.cli spark-compact --master local[N]`` in a child
-  process, as the sidecar's embedded runner starts it (JVM start, session, plan, Spark stages,
-  staged segments, manifest); its ``plan`` and ``spark`` seconds as it prints them; bytes from
-  its manifest. ``sidecar checks``: what the sidecar adds before a swap (CRC-32C of every input
-  segment and every staged file, offload.py's validation; the renames and fsyncs are not counted).
-  Run with local[2] and local[1] on both workloads (scaling).
-- ``CPU s (cores busy)``: CPU seconds of the run (in-process: this process; Spark: every process
-  of the job's session, sampled from /proc) and that divided by the wall time. local[N] bounds
-  Spark's task slots, not the job's processes: a task is a JVM thread and a Python worker that
-  work at the same time, and the JVM has threads of its own (GC, JIT), so local[1] may keep more
-  than one core busy.
+- backlog: exactly N distinct 8-byte keys in 1.5 x N records (every key once plus half as many
+  overwrites of uniformly drawn keys, all shuffled), 100-byte values, batches of 100-500 records,
+  uncompressed, 1M records a segment, then an empty active segment;
+- ``plain read``: every ``.log`` byte read sequentially in this process: the baseline;
+- ``clean``: the cleaner as ``logkeeper clean`` runs it (clean_command.open_logs, LogCleaner with
+  one thread, rounds until nothing is cleanable) with Kafka's default 128 MiB dedupe buffer, and
+  ``clean buffer 2 GiB`` with the largest buffer a cleaner thread takes (2^31 - 1 bytes, Kafka's
+  cap: 89M slots, one round up to 80M keys); ``min.cleanable.dirty.ratio=0`` so that it cleans the
+  whole backlog; on a fresh copy; bytes read and written summed over the rounds;
+- ``spark local[N]``: ``python -m logkeeper.cli spark-compact --master local[N]`` in a child process,
+  as the sidecar's embedded runner starts it (JVM start, session, plan, Spark stages, staged
+  segments, manifest); ``spark standalone 2x1``: the same with ``--master spark://...`` of a real
+  standalone cluster (tests/spark/standalone_cluster.py: a master and two one-core workers on
+  127.0.0.1, started once for the run); ``sidecar checks``: the CRC-32C of every input and staged
+  file, what the sidecar adds before a swap;
+- ``CPU s (cores busy)``: CPU seconds (in-process: this process; Spark: every process of the job's
+  session, sampled from /proc; the standalone executors are not in it) and that / wall time.
 
-Both paths clean the same section [0, active segment base) at the same time and must end with
-the same number of records (checked; that the bytes are the same is what tests/spark checks).
-Spark's figures are single runs; the in-process cleaner is timed ``--repeat`` times on W10 (best)
-and once on the backlog.
+Every path must keep the same number of records (checked; tests/spark checks the bytes).
 """
 
 from __future__ import annotations
@@ -67,13 +54,11 @@ from bench_cleaner import (
     _fill,
     cpu_model,
     finish_log_dir,
-    make_workload,
     plain_read,
 )
 
 from logkeeper.cleaner.clean_command import close_logs, open_logs, split_overrides
 from logkeeper.cleaner.log_cleaner import LogCleaner
-from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.stats import CleanerStats
 from logkeeper.spark.manifest import SEGMENTS_DIR, read_manifest
 from logkeeper.spark.rewrite import file_crc32c
@@ -81,6 +66,8 @@ from logkeeper.spark.rewrite import file_crc32c
 RESULTS = Path(__file__).resolve().parent / "results" / "spark.md"
 PARTITION = "bench-0"
 RECORDS_PER_SEGMENT = 1_000_000
+DEFAULT_BUFFER = 128 * 1024 * 1024  # Kafka's log.cleaner.dedupe.buffer.size
+LARGEST_BUFFER = (1 << 31) - 1  # Kafka's (and CleanerConfig's) cap on one cleaner thread's buffer
 JOB_LINE = re.compile(r"plan ([\d.]+) s, spark ([\d.]+) s, total ([\d.]+) s")
 
 
@@ -136,8 +123,9 @@ class Run:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def in_process(src: Path, work: Path) -> Run:
-    """The rounds of ``logkeeper clean`` (run_clean's loop) with every round's stats kept."""
+def in_process(src: Path, work: Path, buffer: int = DEFAULT_BUFFER) -> Run:
+    """The rounds of ``logkeeper clean`` (run_clean's loop) with every round's stats kept, with a
+    dedupe buffer of ``buffer`` bytes."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(src, work)
@@ -145,7 +133,8 @@ def in_process(src: Path, work: Path) -> Run:
     out = io.StringIO()
     started = time.perf_counter()
     cpu_started = time.process_time()
-    cleaner_config, topic_config = split_overrides({"min.cleanable.dirty.ratio": "0"})
+    cleaner_config, topic_config = split_overrides({"min.cleanable.dirty.ratio": "0",
+                                                    "log.cleaner.dedupe.buffer.size": str(buffer)})
     logs = open_logs(work, topic_config, lambda: TS)
     try:
         cleaner = LogCleaner(cleaner_config, [work], lambda: logs, clock_ms=lambda: TS,
@@ -158,7 +147,8 @@ def in_process(src: Path, work: Path) -> Run:
         close_logs(work, logs)
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
-    return Run("in-process", wall, len(rounds), sum(r.bytes_read for r in rounds),
+    name = "clean" if buffer == DEFAULT_BUFFER else f"clean buffer {buffer / (1 << 30):.0f} GiB"
+    return Run(name, wall, len(rounds), sum(r.bytes_read for r in rounds),
                sum(r.bytes_written for r in rounds), records_in(work), {"cpu_s": cpu})
 
 
@@ -211,7 +201,7 @@ class SessionCpu:
         return sum(self.last.values())
 
 
-def spark_job(src: Path, staging: Path, master: str) -> Run:
+def spark_job(src: Path, staging: Path, master: str, label: str | None = None) -> Run:
     if staging.exists():
         shutil.rmtree(staging)
     env = dict(os.environ)
@@ -242,7 +232,7 @@ def spark_job(src: Path, staging: Path, master: str) -> Run:
     if m:
         extra.update(plan_s=float(m.group(1)), spark_s=float(m.group(2)), total_s=float(m.group(3)))
     shutil.rmtree(staging, ignore_errors=True)
-    return Run(f"spark {master}", wall, 1, int(stats["bytes_read"]), int(stats["bytes_written"]),
+    return Run(label or f"spark {master}", wall, 1, int(stats["bytes_read"]), int(stats["bytes_written"]),
                int(stats["messages_written"]), extra)
 
 
@@ -269,49 +259,57 @@ def row(w: Workload, r: Run) -> str:
             f"{r.bytes_written / 1e6:,.0f} | {r.records_out:,} | {inner} |")
 
 
+PATHS = ["clean", f"clean buffer {LARGEST_BUFFER / (1 << 30):.0f} GiB", "spark local[1]", "spark local[2]",
+         "spark standalone 2x1"]
+
+
+def sweep_size(scratch: Path, n_keys: int, cluster_url: str | None, log: list[str]) -> Workload:
+    src = scratch / "backlog-src"
+    shutil.rmtree(src, ignore_errors=True)
+    size = make_backlog(src, n_keys)
+    read_s = min(plain_read(src) for _ in range(2))
+    runs = []
+    for buffer in (DEFAULT_BUFFER, LARGEST_BUFFER):
+        runs.append(in_process(src, scratch / "work", buffer))
+        shutil.rmtree(scratch / "work", ignore_errors=True)
+    for master in ("local[1]", "local[2]"):
+        runs.append(spark_job(src, scratch / "staging", master))
+    if cluster_url:
+        runs.append(spark_job(src, scratch / "staging", cluster_url, "spark standalone 2x1"))
+    shutil.rmtree(src, ignore_errors=True)
+    w = Workload(f"{n_keys / 1e6:g}M keys", size, n_keys, n_keys + n_keys // 2, read_s, runs)
+    log.append(f"{w.name}: " + ", ".join(f"{r.path} {r.wall_s:.1f} s" for r in runs))
+    print(log[-1], flush=True)
+    return w
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--keys", type=int, default=20_000_000, help="distinct keys of the backlog")
-    parser.add_argument("--no-w10", action="store_true")
-    parser.add_argument("--no-scaling", action="store_true", help="skip the local[1] runs")
-    parser.add_argument("--repeat", type=int, default=2, help="in-process runs on W10 (best)")
+    parser.add_argument("--keys", default="1M,4M,10M", help="backlog sizes in distinct keys, comma separated")
+    parser.add_argument("--no-standalone", action="store_true", help="skip the standalone cluster runs")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
     args = parser.parse_args()
+    sizes = [int(float(k.rstrip("Mm")) * 1e6) if k[-1] in "Mm" else int(k) for k in args.keys.split(",")]
 
     logging.getLogger("logkeeper.log").setLevel(logging.ERROR)  # "rebuilding indexes": none are written here
     load_start = os.getloadavg()
     scratch = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=args.dir))
     started = time.perf_counter()
     workloads: list[Workload] = []
+    progress: list[str] = []
+    cluster = None
     try:
-        if not args.no_w10:
-            src = scratch / "W10-src"
-            size = make_workload(src, 10, RECORDS_PER_SEGMENT, 1_000_000)
-            keys = 0  # counted below from the data
-            read_s = min(plain_read(src) for _ in range(3))
-            in_process(src, scratch / "warm")  # compile or load the kernels
-            best = min((in_process(src, scratch / "work") for _ in range(args.repeat)), key=lambda r: r.wall_s)
-            runs = [best, spark_job(src, scratch / "staging", "local[2]")]
-            if not args.no_scaling:
-                runs.append(spark_job(src, scratch / "staging", "local[1]"))
-            keys = runs[1].records_out  # W10's every key's latest record survives: the distinct keys
-            workloads.append(Workload("W10", size, keys, 10 * RECORDS_PER_SEGMENT, read_s, runs))
-            shutil.rmtree(src, ignore_errors=True)
-            print(f"W10 done at {time.perf_counter() - started:.0f} s", flush=True)
-        src = scratch / "backlog-src"
-        size = make_backlog(src, args.keys)
-        print(f"backlog of {args.keys:,} keys written ({size / 1e9:.2f} GB) at {time.perf_counter() - started:.0f} s",
-              flush=True)
-        read_s = min(plain_read(src) for _ in range(2))
-        runs = [in_process(src, scratch / "work")]
-        print(f"in-process done at {time.perf_counter() - started:.0f} s", flush=True)
-        shutil.rmtree(scratch / "work", ignore_errors=True)
-        runs.append(spark_job(src, scratch / "staging", "local[2]"))
-        if not args.no_scaling:
-            runs.append(spark_job(src, scratch / "staging", "local[1]"))
-        name = f"backlog {args.keys / 1e6:g}M keys"
-        workloads.append(Workload(name, size, args.keys, args.keys + args.keys // 2, read_s, runs))
+        if not args.no_standalone:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from tests.spark.standalone_cluster import StandaloneCluster
+
+            # two one-core workers with room for the executor memory the job derives (resources.py)
+            cluster = StandaloneCluster(scratch / "cluster", workers=2, cores=1, memory="9g").start()
+        for n in sizes:
+            workloads.append(sweep_size(scratch, n, cluster.url if cluster else None, progress))
     finally:
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     elapsed = time.perf_counter() - started
 
@@ -321,10 +319,8 @@ def main() -> None:
             kept = [(r.path, r.records_out) for r in w.runs]
             raise SystemExit(f"{w.name}: the paths kept different record counts: {kept}")
 
-    m = SipHashOffsetMap(128 * 1024 * 1024)
-    m.prepare(1 << 30)
     lines = [
-        "| workload | path | rounds | wall s | x plain read | MB/s | CPU s (cores busy) | MB read | MB written "
+        "| backlog | path | rounds | wall s | x plain read | MB/s | CPU s (cores busy) | MB read | MB written "
         "| records kept | job's own figures |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -333,40 +329,17 @@ def main() -> None:
             lines.append(row(w, r))
     lines.append("")
     for w in workloads:
-        lines.append(f"- {w.name}: {w.dirty_bytes / 1e6:,.0f} MB dirty, {w.records:,} records, "
-                     f"{w.distinct_keys:,} distinct keys; plain read {w.read_s:.2f} s "
-                     f"({w.dirty_bytes / 1e6 / w.read_s:,.0f} MB/s)")
-    lines.append("")
-    for w in workloads:
         by = {r.path: r for r in w.runs}
-        ip, s2, s1 = by.get("in-process"), by.get("spark local[2]"), by.get("spark local[1]")
-        if ip and s2:
-            lines.append(f"- {w.name}: spark local[2] / in-process wall time = {s2.wall_s / ip.wall_s:.1f}x; "
-                         f"bytes written: in-process {ip.bytes_written / 1e6:,.0f} MB in {ip.rounds} round(s), "
-                         f"spark {s2.bytes_written / 1e6:,.0f} MB in one "
-                         f"({ip.bytes_written / max(s2.bytes_written, 1):.1f}x as much in-process)")
-        if s1 and s2:
-            lines.append(f"- {w.name} scaling: local[1] {s1.wall_s:.1f} s, local[2] {s2.wall_s:.1f} s: "
-                         f"{s1.wall_s / s2.wall_s:.2f}x faster with 2 cores (whole job); Spark stages alone "
-                         f"{s1.extra.get('spark_s', 0):.1f} s -> {s2.extra.get('spark_s', 0):.1f} s "
-                         f"({s1.extra.get('spark_s', 0) / max(s2.extra.get('spark_s', 1), 1e-9):.2f}x)")
-    lines.append(f"- offset map: 128 MiB / 1 thread = {m.capacity_slots:,} slots, "
-                 f"{int(m.capacity_slots * 0.9):,} keys a round at load factor 0.9")
-    measured = "measured, not extrapolated" if args.keys >= 20_000_000 else \
-        f"only {args.keys:,} keys (fewer than the 20M of issue 7; not extrapolated here)"
-    lines += [
-        "",
-        "Reading:",
-        f"- the backlog: {measured}; the whole script took {elapsed / 60:.0f} min.",
-        "- each in-process round recopies the log from its start to the round's end, so its bytes written grow "
-        "with rounds x log size; the Spark job maps every key once (exact keys, no map bound) and writes each "
-        "kept record once. Both keep the same records.",
-        "- local[N] bounds Spark's task slots, not its processes: a running task is a JVM thread and a Python "
-        "worker busy at the same time, and the JVM has threads of its own (GC, JIT), so local[1] already keeps "
-        "more than one core busy (CPU column) and local[2] has little idle CPU left to use on 2 cores.",
-        "- Spark's fixed costs (JVM start and session, the first query's code generation, Python workers) are "
-        "in every Spark row; W10, whose keys fit one map, is where they show most.",
-    ]
+        best_clean = min((r for r in w.runs if r.path.startswith("clean")), key=lambda r: r.wall_s)
+        best_spark = min((r for r in w.runs if r.path.startswith("spark")), key=lambda r: r.wall_s)
+        s1, s2 = by.get("spark local[1]"), by.get("spark local[2]")
+        scaling = f"; local[1] / local[2] = {s1.wall_s / s2.wall_s:.2f}x" if s1 and s2 else ""
+        stages = (f" (Spark stages alone {s1.extra.get('spark_s', 0) / max(s2.extra.get('spark_s', 1), 1e-9):.2f}x)"
+                  if s1 and s2 else "")
+        lines.append(f"- {w.name}: {w.dirty_bytes / 1e6:,.0f} MB, {w.records:,} records, plain read {w.read_s:.2f} s; "
+                     f"fastest Spark ({best_spark.path}) / fastest clean ({best_clean.path}) = "
+                     f"{best_spark.wall_s / best_clean.wall_s:.2f}x wall time{scaling}{stages}")
+    lines += ["", "Reading:", f"- the whole script took {elapsed / 60:.0f} min."]
     text = "\n".join(lines)
     print(text)
     argv = " ".join(sys.argv[1:])
@@ -376,7 +349,7 @@ def main() -> None:
         command = f".venv/bin/python bench/bench_spark.py {argv}"
     load_end = os.getloadavg()
     header = [
-        "# bench_spark: the Spark compaction job vs the in-process cleaner",
+        "# bench_spark: the Spark compaction job vs `logkeeper clean` across backlog sizes",
         "",
         f"- command: `{command.strip()}` (this run took {elapsed / 60:.0f} min)",
         f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -384,12 +357,17 @@ def main() -> None:
         f"numpy {np.__version__}; load average {', '.join(f'{x:.1f}' for x in load_start)} at the start, "
         f"{', '.join(f'{x:.1f}' for x in load_end)} at the end (a shared machine: other engineers' tests ran "
         "meanwhile; compare the ratios measured in this run, not absolute seconds)",
+        "- plot: [spark.svg](spark.svg) (wall time against backlog keys, one line a path)",
         "",
         "",
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(header) + text + "\n")
-    print(f"(written to {RESULTS})")
+    from spark_plot import write_svg
+
+    write_svg(RESULTS.with_suffix(".svg"), [(w.distinct_keys, {r.path: r.wall_s for r in w.runs}) for w in workloads],
+              PATHS)
+    print(f"(written to {RESULTS} and {RESULTS.with_suffix('.svg')})")
 
 
 if __name__ == "__main__":
