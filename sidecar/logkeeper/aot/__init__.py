@@ -67,6 +67,8 @@ KERNEL_MODULES = (
     "logkeeper.log.index_plan",
     "logkeeper.spark.extract",
 )
+# Modules without kernels whose constants the kernels compile in: the hash covers them too.
+CONSTANT_MODULES = ("logkeeper.records.batch_format",)
 
 class Variant(NamedTuple):
     name: str  # the module is logkeeper.aot._kernels_<name>
@@ -99,7 +101,8 @@ def export_name(module: str, name: str) -> str:
 def source_stamp() -> int:
     """A 60-bit checksum of the kernel modules' and this package's sources, as they are now (two
     zlib checksums, not hashlib: its import costs more than the check; nothing adversarial here)."""
-    files = [_PACKAGE_ROOT / (m.removeprefix("logkeeper.").replace(".", "/") + ".py") for m in KERNEL_MODULES]
+    files = [_PACKAGE_ROOT / (m.removeprefix("logkeeper.").replace(".", "/") + ".py")
+             for m in KERNEL_MODULES + CONSTANT_MODULES]
     files += sorted(Path(__file__).parent.glob("*.py"))
     data = b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files)
     return (zlib.crc32(data) << 28) ^ zlib.adler32(data)

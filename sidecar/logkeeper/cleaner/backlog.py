@@ -33,12 +33,12 @@ import numpy as np
 from ..aot import kernel
 from ..log.log import Log
 from ..log.names import TopicPartition
+from ..records.batch_format import CONTROL_FLAG
 from ..records.scan_kernels import _varint, _varlong
 from .segment_view import SegmentView, record_areas
 from .siphash import key_hash, new_secret
 
 HLL_BITS = 14
-CONTROL = 0x20
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ def estimate_distinct_keys(log: Log, start: int, end: int) -> int:
         with SegmentView(seg, seg.offset_index.lookup(start).position) as view:
             t = view.table
             for lo, hi in view.windows(16 * 1024 * 1024):
-                skip = (t.attributes[lo:hi] & CONTROL) != 0
+                skip = (t.attributes[lo:hi] & CONTROL_FLAG) != 0
                 areas = record_areas(view, lo, hi, skip=skip)
                 _sketch_kernel(view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
                                t.base_offset[lo:hi], skip, start, end, k0, k1, registers)

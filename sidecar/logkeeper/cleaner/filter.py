@@ -49,6 +49,18 @@ import numpy as np
 from ..log.log import Log
 from ..log.segment import AppendedBatch, LogSegment
 from ..records.batch import crc32c, crc_mismatch
+from ..records.batch_format import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    DELETE_HORIZON_FLAG,
+    HEADER_SIZE,
+    LENGTH_OFFSET,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+)
 from ..records.codec_pool import codec_map
 from ..records.compression import Codec, compress
 from ..records.crc_kernels import HAVE_HW_CRC
@@ -63,10 +75,8 @@ from .stats import CleanerStats
 from .throttler import Throttler
 from .txn import CleanedTransactionMetadata, control_type_of
 
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
-DELETE_HORIZON = 0x40
-LOG_APPEND_TIME = 0x08
+# what a rebuilt batch keeps of its source's attributes (the delete horizon bit is set anew)
+_REBUILT_KEEPS = CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
 WINDOW_BYTES = 16 * 1024 * 1024
 _BE32 = struct.Struct(">i")
 _BEU32 = struct.Struct(">I")
@@ -138,17 +148,17 @@ class SegmentFilter:
                      upper_bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = view.table
         attrs = t.attributes.astype(np.int64)
-        is_control = (attrs & CONTROL) != 0
+        is_control = (attrs & CONTROL_FLAG) != 0
         can_discard = self.read_transactions(view, txns)
-        has_horizon = (attrs & DELETE_HORIZON) != 0
+        has_horizon = (attrs & DELETE_HORIZON_FLAG) != 0
         horizon_passed = has_horizon & (t.base_timestamp <= self.now_ms)
         discard_records = np.where(is_control, can_discard & horizon_passed, can_discard)
         retain_empty = ((t.producer_id >= 0) & self._is_last_of_producer(t, is_control, last_records)) | (
             t.last_offset + 1 == upper_bound)
-        mode = np.full(t.count, fk.MODE_DATA, dtype=np.int8)
-        mode[is_control] = fk.MODE_CONTROL
-        mode[discard_records] = fk.MODE_DISCARD
-        mode[discard_records & ~retain_empty] = fk.MODE_DELETE
+        mode = np.full(t.count, fk.FILTER_DATA, dtype=np.int8)
+        mode[is_control] = fk.FILTER_CONTROL
+        mode[discard_records] = fk.FILTER_DISCARD
+        mode[discard_records & ~retain_empty] = fk.FILTER_DELETE
         return mode, can_discard & is_control, retain_empty
 
     @staticmethod
@@ -159,9 +169,9 @@ class SegmentFilter:
         t = view.table
         attrs = t.attributes.astype(np.int64)
         can_discard = np.zeros(t.count, dtype=bool)
-        for row in np.flatnonzero(attrs & (TRANSACTIONAL | CONTROL)).tolist():
+        for row in np.flatnonzero(attrs & (TRANSACTIONAL_FLAG | CONTROL_FLAG)).tolist():
             pid, last = int(t.producer_id[row]), int(t.last_offset[row])
-            if attrs[row] & CONTROL:
+            if attrs[row] & CONTROL_FLAG:
                 raw = view.raw(int(t.position[row]), int(t.size[row]))
                 ctype = control_type_of(raw, int(attrs[row]), int(t.record_count[row]))
                 can_discard[row] = txns.on_control_batch_read(pid, last, ctype)
@@ -193,15 +203,15 @@ class SegmentFilter:
         t = view.table
         n = hi - lo
         counts = t.record_count[lo:hi].astype(np.int64)
-        counts_read = np.where(mode == fk.MODE_DELETE, 0, counts)
+        counts_read = np.where(mode == fk.FILTER_DELETE, 0, counts)
         keep_base = np.zeros(n, dtype=np.int64)
         np.cumsum(counts_read[:-1], out=keep_base[1:])
         keep = np.zeros(int(counts_read.sum()), dtype=np.bool_)
         rec_pos = np.empty(keep.shape[0], dtype=np.int64)  # where each record starts (decide -> assemble)
-        areas = record_areas(view, lo, hi, skip=mode == fk.MODE_DELETE)
+        areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE)
         attrs = t.attributes[lo:hi].astype(np.int64)
-        lat = (attrs & LOG_APPEND_TIME) != 0
-        has_horizon = (attrs & DELETE_HORIZON) != 0
+        lat = (attrs & TIMESTAMP_TYPE_MASK) != 0
+        has_horizon = (attrs & DELETE_HORIZON_FLAG) != 0
         base_ts = t.base_timestamp[lo:hi]
         max_ts = t.max_timestamp[lo:hi]
         horizon = np.where(has_horizon, base_ts, -1)
@@ -248,15 +258,15 @@ class SegmentFilter:
         action = np.full(n, fk.ACTION_DROP, dtype=np.int8)
         action[retained] = fk.ACTION_REBUILD
         action[original] = fk.ACTION_ORIGINAL
-        action[~retained & retain_empty & (mode != fk.MODE_DELETE)] = fk.ACTION_EMPTY
+        action[~retained & retain_empty & (mode != fk.FILTER_DELETE)] = fk.ACTION_EMPTY
         new_horizon = np.where(need_horizon, self.now_ms + self.delete_retention_ms, horizon)
         new_base_ts = np.where(new_horizon >= 0, new_horizon, d.first_kept_ts)
-        new_attrs = (attrs & 0x3F) | np.where(new_horizon >= 0, DELETE_HORIZON, 0)
+        new_attrs = (attrs & _REBUILT_KEEPS) | np.where(new_horizon >= 0, DELETE_HORIZON_FLAG, 0)
         new_max_ts = np.where(lat, max_ts, d.kept_max_ts)
         sizes = t.size[lo:hi].astype(np.int64)
-        bound = np.where(action == fk.ACTION_ORIGINAL, sizes, 0) + np.where(action == fk.ACTION_EMPTY, 61, 0) + \
-            np.where(action == fk.ACTION_REBUILD,
-                     fk.HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0)
+        bound = (np.where(action == fk.ACTION_ORIGINAL, sizes, 0) + np.where(action == fk.ACTION_EMPTY, HEADER_SIZE, 0)
+                 + np.where(action == fk.ACTION_REBUILD,
+                            HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0))
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         out_pos = np.zeros(n, dtype=np.int64)
         out_size = np.zeros(n, dtype=np.int64)
@@ -288,7 +298,7 @@ class SegmentFilter:
                 out_size: np.ndarray) -> memoryview:
         """CRCs of the written headers; rebuilt compressed batches compressed (sizes updated)."""
         view = out.data
-        codecs = attrs & 0x07
+        codecs = attrs & CODEC_MASK
         rebuilt_compressed = (action == fk.ACTION_REBUILD) & (codecs != 0)
         plain = np.flatnonzero(((action == fk.ACTION_EMPTY) | (action == fk.ACTION_REBUILD)) & ~rebuilt_compressed)
         if HAVE_HW_CRC:
@@ -296,23 +306,23 @@ class SegmentFilter:
         else:
             for r in plain.tolist():
                 p, s = int(out_pos[r]), int(out_size[r])
-                _BEU32.pack_into(view, p + 17, crc32c(view[p + 21:p + s]))
+                _BEU32.pack_into(view, p + CRC_OFFSET, crc32c(view[p + ATTRIBUTES_OFFSET:p + s]))
         compressed = np.flatnonzero(rebuilt_compressed).tolist()
         if not compressed:
             return view
         parts: list[bytes | memoryview] = []
         cursor = 0
         bodies = codec_map(lambda r: compress(Codec(int(codecs[r])),  # on every core (records/codec_pool.py)
-                                              view[int(out_pos[r]) + fk.HEADER_SIZE:int(out_pos[r] + out_size[r])]),
+                                              view[int(out_pos[r]) + HEADER_SIZE:int(out_pos[r] + out_size[r])]),
                            compressed)
         for r, body in zip(compressed, bodies, strict=True):
             p, s = int(out_pos[r]), int(out_size[r])
             parts.append(view[cursor:p])
-            header = bytearray(view[p:p + fk.HEADER_SIZE])
-            _BE32.pack_into(header, 8, fk.HEADER_SIZE - 12 + len(body))
-            _BEU32.pack_into(header, 17, crc32c(bytes(header[21:]) + body))
+            header = bytearray(view[p:p + HEADER_SIZE])
+            _BE32.pack_into(header, LENGTH_OFFSET, MIN_BATCH_LENGTH + len(body))
+            _BEU32.pack_into(header, CRC_OFFSET, crc32c(bytes(header[ATTRIBUTES_OFFSET:]) + body))
             parts += [bytes(header), body]
-            out_size[r] = fk.HEADER_SIZE + len(body)
+            out_size[r] = HEADER_SIZE + len(body)
             cursor = p + s
         parts.append(view[cursor:])
         return memoryview(b"".join(parts))

@@ -56,6 +56,27 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import intrinsic, kernel
+from ..records.batch_format import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+)
 from ..records.crc_kernels import crc32c_any, crc32c_range
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
@@ -70,10 +91,10 @@ from ..records.scan_kernels import (
 from .offset_map import home_slot, map_get
 from .siphash import key_hash
 
-MODE_DELETE = 0
-MODE_DISCARD = 1
-MODE_CONTROL = 2
-MODE_DATA = 3
+FILTER_DELETE = 0
+FILTER_DISCARD = 1
+FILTER_CONTROL = 2
+FILTER_DATA = 3
 
 ACTION_DROP = 0
 ACTION_ORIGINAL = 1
@@ -82,9 +103,10 @@ ACTION_REBUILD = 3
 
 _prefetch_row = intrinsic("prefetch_row")
 
-HEADER_SIZE = 61
 ERR_CRC = 40  # a source batch's stored CRC differs from its bytes'; detail = the CRC computed
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
+# what a header-only batch keeps of its source's attributes: codec none, no delete horizon
+_EMPTY_KEEPS = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
@@ -125,7 +147,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         if computed != crc[r]:
             return ERR_CRC, position[r], r, np.int64(computed)
         m = mode[r]
-        if m == MODE_DELETE:
+        if m == FILTER_DELETE:
             continue
         src = dbuf if in_dbuf[r] else buf
         p = area_start[r]
@@ -170,7 +192,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             stamps[j] = batch_max_ts if lat else batch_base_ts + ts_delta
             key_lens[j] = key_len
             value_lens[j] = value_len
-            if not exact and m == MODE_DATA and offset <= latest and key_len >= 0 and not (
+            if not exact and m == FILTER_DATA and offset <= latest and key_len >= 0 and not (
                     superseded_base <= offset < bitmap_end):
                 h1s[j], h2s[j] = key_hash(src, key_pos, key_len, k0, k1)
                 _prefetch_row(table, home_slot(h1s[j], table.shape[0]))  # probed in phase 2
@@ -186,9 +208,9 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         kfirst = np.int64(-1)
         for j in range(count):
             kept = False
-            if m == MODE_CONTROL:
+            if m == FILTER_CONTROL:
                 kept = True
-            elif m == MODE_DATA:
+            elif m == FILTER_DATA:
                 if offsets[j] > latest:
                     kept = True
                 elif key_lens[j] < 0:
@@ -276,18 +298,18 @@ def _write_header(  # type: ignore[no-untyped-def]
     max_ts, producer_id, producer_epoch, base_sequence, count,
 ):
     _put_be(out, p, base_offset, 8)
-    _put_be(out, p + 8, batch_length, 4)
-    _put_be(out, p + 12, leader_epoch, 4)
-    out[p + 16] = 2
-    _put_be(out, p + 17, 0, 4)
-    _put_be(out, p + 21, attributes, 2)
-    _put_be(out, p + 23, last_offset_delta, 4)
-    _put_be(out, p + 27, base_ts, 8)
-    _put_be(out, p + 35, max_ts, 8)
-    _put_be(out, p + 43, producer_id, 8)
-    _put_be(out, p + 51, producer_epoch, 2)
-    _put_be(out, p + 53, base_sequence, 4)
-    _put_be(out, p + 57, count, 4)
+    _put_be(out, p + LENGTH_OFFSET, batch_length, 4)
+    _put_be(out, p + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
+    out[p + MAGIC_OFFSET] = MAGIC
+    _put_be(out, p + CRC_OFFSET, 0, 4)
+    _put_be(out, p + ATTRIBUTES_OFFSET, attributes, 2)
+    _put_be(out, p + LAST_OFFSET_DELTA_OFFSET, last_offset_delta, 4)
+    _put_be(out, p + BASE_TIMESTAMP_OFFSET, base_ts, 8)
+    _put_be(out, p + MAX_TIMESTAMP_OFFSET, max_ts, 8)
+    _put_be(out, p + PRODUCER_ID_OFFSET, producer_id, 8)
+    _put_be(out, p + PRODUCER_EPOCH_OFFSET, producer_epoch, 2)
+    _put_be(out, p + BASE_SEQUENCE_OFFSET, base_sequence, 4)
+    _put_be(out, p + RECORDS_COUNT_OFFSET, count, 4)
 
 
 @kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i8[], i4[], i8[], "
@@ -314,8 +336,8 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
             w += s
             continue
         if a == ACTION_EMPTY:
-            _write_header(out, w, base_offset[r], HEADER_SIZE - 12, leader_epoch[r],
-                          attributes[r] & 0x38, last_offset_delta[r], -1, max_ts[r],
+            _write_header(out, w, base_offset[r], MIN_BATCH_LENGTH, leader_epoch[r],
+                          attributes[r] & _EMPTY_KEEPS, last_offset_delta[r], -1, max_ts[r],
                           producer_id[r], producer_epoch[r], base_sequence[r], 0)
             out_size[r] = HEADER_SIZE
             w += HEADER_SIZE
@@ -349,7 +371,7 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
                 out[o:o + rest] = src[q3:rec_end]
                 o += rest
         total = o - w
-        _write_header(out, w, base_offset[r], total - 12, leader_epoch[r], new_attributes[r],
+        _write_header(out, w, base_offset[r], total - LOG_OVERHEAD, leader_epoch[r], new_attributes[r],
                       last_offset_delta[r], new_base, new_max_ts[r], producer_id[r],
                       producer_epoch[r], base_sequence[r], n_kept[r])
         out_size[r] = total
@@ -363,4 +385,4 @@ def fill_crcs(out, out_pos, out_size, rows):  # type: ignore[no-untyped-def]
     for i in range(rows.shape[0]):
         r = rows[i]
         p = out_pos[r]
-        _put_be(out, p + 17, crc32c_range(out, p + 21, p + out_size[r]), 4)
+        _put_be(out, p + CRC_OFFSET, crc32c_range(out, p + ATTRIBUTES_OFFSET, p + out_size[r]), 4)

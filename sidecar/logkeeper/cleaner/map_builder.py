@@ -27,8 +27,9 @@ import numpy.typing as npt
 
 from ..errors import CorruptRecordError
 from ..log.log import Log
+from ..records.batch_format import CONTROL_FLAG, MIN_RECORD_SIZE, TRANSACTIONAL_FLAG
 from ..records.scan import walk_error
-from ..records.scan_kernels import ERR_NONE, MIN_RECORD_SIZE
+from ..records.scan_kernels import ERR_NONE
 from . import map_kernel as mk
 from .ahead import Ahead
 from .offset_map import SipHashOffsetMap
@@ -37,8 +38,6 @@ from .stats import CleanerStats
 from .throttler import Throttler
 from .txn import CleanedTransactionMetadata, collect_aborted, control_type_of
 
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
 WINDOW_BYTES = 16 * 1024 * 1024
 
 CheckDone = Callable[[], None]
@@ -91,14 +90,14 @@ class MapBuilder:
         """Per batch of ``view``: data, aborted data or control (map_kernel's modes), walking the
         transactional batches through ``txns``. The Spark job maps the same batches."""
         t = view.table
-        mode = np.where(t.attributes & CONTROL, mk.MODE_CONTROL, mk.MODE_DATA).astype(np.int8)
-        for row in np.flatnonzero(t.attributes & (TRANSACTIONAL | CONTROL)).tolist():
+        mode = np.where(t.attributes & CONTROL_FLAG, mk.MAP_CONTROL, mk.MAP_DATA).astype(np.int8)
+        for row in np.flatnonzero(t.attributes & (TRANSACTIONAL_FLAG | CONTROL_FLAG)).tolist():
             pid, last, attributes = int(t.producer_id[row]), int(t.last_offset[row]), int(t.attributes[row])
-            if attributes & CONTROL:
+            if attributes & CONTROL_FLAG:
                 raw = view.raw(int(t.position[row]), int(t.size[row]))
                 txns.on_control_batch_read(pid, last, control_type_of(raw, attributes, int(t.record_count[row])))
             elif txns.on_batch_read(pid, last, True):
-                mode[row] = mk.MODE_ABORTED
+                mode[row] = mk.MAP_ABORTED
         return mode
 
     def _build_segment(self, log: Log, view: SegmentView, offset_map: SipHashOffsetMap, start: int,
@@ -110,7 +109,7 @@ class MapBuilder:
 
         def hash_window(window: tuple[int, int]) -> HashedWindow:  # on the helper thread
             lo, hi = window
-            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MODE_DATA)
+            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MAP_DATA)
             counts = t.record_count[lo:hi]
             hashed = np.empty((mk.hashed_rows(counts, areas.start, areas.end, mode[lo:hi]), 3), dtype=np.int64)
             rows, _, err, err_pos, detail = mk.hash_kernel(

@@ -56,9 +56,11 @@ DONE = 0
 FULL = 1
 NEED_GROW = 2
 
-MODE_DATA = 0
-MODE_ABORTED = 1
-MODE_CONTROL = 2
+# A batch row's mode (the table in the docstring); the filter's modes are filter_kernels.FILTER_*.
+MAP_DATA = 0
+MAP_ABORTED = 1
+MAP_CONTROL = 2
+MODE_ABORTED = MAP_ABORTED  # the name spark/plan.py imports (issue 21's to rename)
 
 
 PREFETCH_ROWS = 12  # put_kernel prefetches the home slot of the row this far ahead
@@ -71,7 +73,7 @@ def hashed_rows(record_count: np.ndarray, area_start: np.ndarray, area_end: np.n
     most the records its area can hold (a corrupt count fails the walk, not the allocation)."""
     fit = (area_end - area_start) // MIN_PARSED_RECORD + 1
     counts = np.minimum(np.maximum(record_count, 0), fit)
-    return int(counts[mode == MODE_DATA].sum())
+    return int(counts[mode == MAP_DATA].sum())
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i1[], i8, u8, u8, i8[][] -> (i8, i8, i8, i8, i8)", nrt=False)
@@ -84,7 +86,7 @@ def hash_kernel(  # type: ignore[no-untyped-def]
     capacity = hashed.shape[0]
     j = 0
     for r in range(area_start.shape[0]):
-        if mode[r] != MODE_DATA:
+        if mode[r] != MAP_DATA:
             continue
         src = dbuf if in_dbuf[r] else buf
         p = area_start[r]
@@ -127,9 +129,9 @@ def put_kernel(  # type: ignore[no-untyped-def]
     counted = np.int64(0)
     for r in range(row0, rows):
         m = mode[r]
-        if m == MODE_CONTROL:
+        if m == MAP_CONTROL:
             counted += 1
-        elif m == MODE_ABORTED:
+        elif m == MAP_ABORTED:
             counted += record_count[r]
         else:
             count = record_count[r]

@@ -26,9 +26,7 @@ import numpy as np
 
 from ..log.log import Log
 from ..log.segment import LogSegment
-
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
+from ..records.batch_format import CONTROL_FLAG, TRANSACTIONAL_FLAG
 
 
 class LastRecord(NamedTuple):
@@ -73,8 +71,8 @@ def last_records_in(segments: Iterable[LogSegment], now_ms: int, expiration_ms: 
     final_epoch = epoch[last_rows].astype(np.int64)
     epoch_s = epoch[order].astype(np.int64)
     attrs_s = attributes[order].astype(np.int64)
-    is_control = (attrs_s & CONTROL) != 0
-    is_txn = (attrs_s & TRANSACTIONAL) != 0
+    is_control = (attrs_s & CONTROL_FLAG) != 0
+    is_txn = (attrs_s & TRANSACTIONAL_FLAG) != 0
     row_s = order.astype(np.int64)  # log order of each sorted row
     data_now = (~is_control) & (epoch_s == final_epoch[group])
     last_data = np.full(starts.size, -1, dtype=np.int64)

@@ -25,12 +25,11 @@ import numpy.typing as npt
 
 from ..errors import CorruptRecordError
 from ..log.segment import LogSegment
+from ..records.batch_format import CODEC_MASK, HEADER_SIZE
 from ..records.codec_pool import codec_map
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, scan_batches
 
-HEADER_SIZE = 61
-CODEC_MASK = 0x07
 _EMPTY = np.frombuffer(b"\x00", dtype=np.uint8)
 
 U8 = npt.NDArray[np.uint8]

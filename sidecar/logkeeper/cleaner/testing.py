@@ -14,6 +14,7 @@ import numpy as np
 
 from ..log.log import Log
 from ..records.batch import BatchHeader
+from ..records.batch_format import HEADER_SIZE, TIMESTAMP_TYPE_MASK
 from ..records.builder import ControlType, Headers, Record, build_batch, build_marker_batch
 from ..records.compression import Codec, decompress
 from ..records.scan import headers_of, scan_batches, walk_records
@@ -100,7 +101,7 @@ def segment_batches(path: Path) -> list[tuple[BatchHeader, bytes]]:
 
 
 def batch_records(header: BatchHeader, raw: bytes) -> list[ReadRecord]:
-    area = raw[61:]
+    area = raw[HEADER_SIZE:]
     if header.codec:
         area = decompress(Codec(header.codec), area)
     buf = np.frombuffer(area or b"\x00", dtype=np.uint8)
@@ -108,7 +109,7 @@ def batch_records(header: BatchHeader, raw: bytes) -> list[ReadRecord]:
     out = []
     for i in range(t.count):
         kp, kl, vp, vl = int(t.key_pos[i]), int(t.key_len[i]), int(t.value_pos[i]), int(t.value_len[i])
-        ts = header.max_timestamp if header.attributes & 0x08 else int(t.timestamp[i])
+        ts = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else int(t.timestamp[i])
         hdrs = tuple(headers_of(buf, int(t.headers_pos[i]), int(t.header_count[i])))
         out.append(ReadRecord(int(t.offset[i]), ts, area[kp:kp + kl] if kl >= 0 else None,
                               area[vp:vp + vl] if vl >= 0 else None, hdrs, header))

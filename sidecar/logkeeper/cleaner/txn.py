@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ..index.txn_index import AbortedTxn, TransactionIndex
 from ..log.log import Log
 from ..log.segments import LogSegments
+from ..records.batch_format import CODEC_MASK, HEADER_SIZE
 from ..records.compression import Codec, decompress
 from ..records.varint import MAX_VARLONG_BYTES, decode_varint
 
@@ -126,8 +127,8 @@ def control_type_of(batch: bytes | memoryview, attributes: int, record_count: in
     """The type of a control batch's first record (0 ABORT, 1 COMMIT, ...); None when empty."""
     if record_count < 1:
         return None
-    area: bytes | memoryview = memoryview(batch)[61:]
-    codec = attributes & 0x07
+    area: bytes | memoryview = memoryview(batch)[HEADER_SIZE:]
+    codec = attributes & CODEC_MASK
     if codec:
         area = decompress(Codec(codec), area)
     pos = 0

@@ -18,7 +18,8 @@ import struct
 from typing import NamedTuple
 
 from ..errors import InvalidRecordError
-from ..records.batch import HEADER_SIZE, set_base_offset, set_max_timestamp, set_partition_leader_epoch
+from ..records.batch import set_base_offset, set_max_timestamp, set_partition_leader_epoch
+from ..records.batch_format import HEADER_SIZE
 from .validator import ValidatedBatch
 
 # a batch's first field, its base offset, as written (the common request's whole new header)

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
 from ..fileio import pwrite_all
-from ..records.batch import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC, BatchHeader
+from ..records.batch import BatchHeader
+from ..records.batch_format import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC
 from ..records.scan import BatchTable, scan_batches
 from . import version_cache
 from .version_cache import new_version as _new_version

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aot import kernel
-from ..records.batch import NO_TIMESTAMP
+from ..records.batch_format import NO_TIMESTAMP
 
 I64 = npt.NDArray[np.int64]
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..index.txn_index import AbortedTxn
-from ..records.batch import HEADER_SIZE, BatchHeader
+from ..records.batch import BatchHeader
+from ..records.batch_format import CONTROL_FLAG, HEADER_SIZE, TRANSACTIONAL_FLAG
 from ..records.builder import ControlType
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable
@@ -203,7 +204,7 @@ def load_producer_batches(state: ProducerStateManager, table: BatchTable) -> Non
         seq = int(table.base_sequence[i])
         state.on_producer_batch(int(table.producer_id[i]), int(table.producer_epoch[i]), seq,
                                 last_sequence(seq, delta) if seq >= 0 else -1, base, base + delta,
-                                is_control=bool(int(table.attributes[i]) & 0x20))
+                                is_control=bool(int(table.attributes[i]) & CONTROL_FLAG))
 
 
 def rebuild_producer_state(segments: Iterable[LogSegment]) -> ProducerStateManager:
@@ -214,7 +215,7 @@ def rebuild_producer_state(segments: Iterable[LogSegment]) -> ProducerStateManag
     for seg in segments:
         table = seg.log.scan()
         load_producer_batches(state, table)
-        flagged = np.flatnonzero(table.attributes & 0x10)
+        flagged = np.flatnonzero(table.attributes & TRANSACTIONAL_FLAG)
         if flagged.size == 0:
             continue
         indexed = {t.last_offset for t in seg.txn_index.entries}

@@ -25,7 +25,7 @@ from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
-from ..records.batch import NO_TIMESTAMP
+from ..records.batch_format import NO_TIMESTAMP
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
 from .file_records import FileRecords, LogOffsetPosition

@@ -34,22 +34,14 @@ from ..errors import (
 )
 from ..records import append_kernels as _ak
 from ..records import scan_kernels as _k
-from ..records.batch import (
-    CONTROL_FLAG,
-    HEADER,
-    HEADER_SIZE,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-    BatchHeader,
-    crc_mismatch,
-)
+from ..records.batch import HEADER, BatchHeader, crc_mismatch
+from ..records.batch_format import CONTROL_FLAG, HEADER_SIZE, MIN_RECORD_SIZE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG
 from ..records.compression import codec_from_attributes, decompress
 from ..records.scan import walk_error
 from .log_config import AppendRules, LogConfig
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-_MIN_RECORD_SIZE = _k.MIN_RECORD_SIZE
 # data is bytes (checked first): the guard's check of the kernel's argument, made once there
 _check_plain = aot.unchecked(_ak.check_plain)
 
@@ -133,7 +125,7 @@ def _check_compressed(buf: np.ndarray, pos: int, header: BatchHeader, from_clien
     attributes = header.attributes
     raw = decompress(codec_from_attributes(attributes, pos), buf[pos + HEADER_SIZE:pos + header.size].data, pos)
     count = header.record_count
-    if count < 0 or count > len(raw) // _MIN_RECORD_SIZE:
+    if count < 0 or count > len(raw) // MIN_RECORD_SIZE:
         raise InvalidRecordError(pos, f"recordCount {count} does not fit the batch")
     create_time = not attributes & TIMESTAMP_TYPE_MASK
     err, err_pos, detail, records_max_ts = _k.check_kernel(

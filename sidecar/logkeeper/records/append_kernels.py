@@ -28,7 +28,27 @@ import numpy as np
 from ..aot import kernel
 from . import crc_kernels as _crc
 from . import scan_kernels as _k
-from .scan_kernels import HEADER_SIZE, HEADER_UP_TO_MAGIC, MIN_RECORD_SIZE, _be16, _be32, _be64
+from .batch_format import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_RECORD_SIZE,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+)
+from .scan_kernels import _be16, _be32, _be64
 
 # Codes beyond check_kernel's (ERR_* of scan_kernels, all below 30).
 ERR_HEADER = 30  # short, of a foreign magic, or a length below the header or past the end
@@ -38,10 +58,6 @@ ERR_CONTROL = 33  # a control batch from a client
 ERR_LAST_OFFSET_DELTA = 34  # from a client: lastOffsetDelta + 1 != recordCount, or no record
 ERR_RECORD_COUNT = 35  # recordCount negative or more than the bytes can hold
 COMPRESSED = 36  # not a fault: header and CRC are good, the records are for the caller to check
-
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_MASK = 0x08
-_CONTROL_FLAG = 0x20
 
 
 @kernel("u1[], i8, i8, b, b, i8, i8, b -> (i8, i8, i8, i8, i8, i8, i8, i8)", nrt=False)
@@ -64,40 +80,40 @@ def _check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, co
     array or bytes."""
     z = np.int64(0)
     remaining = len(buf) - pos
-    if remaining < HEADER_UP_TO_MAGIC or buf[pos + 16] != 2 or remaining < HEADER_SIZE:
+    if remaining < HEADER_SIZE_UP_TO_MAGIC or buf[pos + MAGIC_OFFSET] != MAGIC or remaining < HEADER_SIZE:
         return ERR_HEADER, pos, z, z, z, z, z, z
-    size = 12 + np.int64(_be32(buf, pos + 8))
+    size = LOG_OVERHEAD + np.int64(_be32(buf, pos + LENGTH_OFFSET))
     if size < HEADER_SIZE or size > remaining:
         return ERR_HEADER, pos, z, z, z, z, z, z
     if size > max_bytes:
         return ERR_TOO_LARGE, pos, z, size, z, z, z, z
-    computed = np.int64(_crc.crc32c_any(buf, pos + 21, pos + size))
-    last_delta = np.int64(_be32(buf, pos + 23))
-    count = np.int64(_be32(buf, pos + 57))
-    header_max_ts = _be64(buf, pos + 35)
-    if computed != np.int64(np.uint32(_be32(buf, pos + 17))):
+    computed = np.int64(_crc.crc32c_any(buf, pos + ATTRIBUTES_OFFSET, pos + size))
+    last_delta = np.int64(_be32(buf, pos + LAST_OFFSET_DELTA_OFFSET))
+    count = np.int64(_be32(buf, pos + RECORDS_COUNT_OFFSET))
+    header_max_ts = _be64(buf, pos + MAX_TIMESTAMP_OFFSET)
+    if computed != np.int64(np.uint32(_be32(buf, pos + CRC_OFFSET))):
         return ERR_CRC, pos, computed, size, z, last_delta, count, header_max_ts
-    attributes = np.int64(_be16(buf, pos + 21))
+    attributes = np.int64(_be16(buf, pos + ATTRIBUTES_OFFSET))
     code = 0
-    if from_client and attributes & _CONTROL_FLAG:
+    if from_client and attributes & CONTROL_FLAG:
         code = ERR_CONTROL
     elif from_client and (count == 0 or last_delta + 1 != count):
         code = ERR_LAST_OFFSET_DELTA
-    elif attributes & _CODEC_MASK:
+    elif attributes & CODEC_MASK:
         code = COMPRESSED
     elif count < 0 or count > (size - HEADER_SIZE) // MIN_RECORD_SIZE:
         code = ERR_RECORD_COUNT
     if code:
         return code, pos, z, size, header_max_ts, last_delta, count, header_max_ts
-    create_time = not attributes & _TIMESTAMP_TYPE_MASK
+    create_time = not attributes & TIMESTAMP_TYPE_MASK
     err, err_pos, detail, records_max_ts = _k.check_records(
-        buf, pos + HEADER_SIZE, pos + size, count, _be64(buf, pos + 27), from_client, check_ts and create_time,
-        ts_low, ts_high, compact and not attributes & _CONTROL_FLAG)
+        buf, pos + HEADER_SIZE, pos + size, count, _be64(buf, pos + BASE_TIMESTAMP_OFFSET), from_client,
+        check_ts and create_time, ts_low, ts_high, compact and not attributes & CONTROL_FLAG)
     max_ts = records_max_ts if from_client and create_time else header_max_ts
     return np.int64(err), err_pos, detail, size, max_ts, last_delta, count, header_max_ts
 
 
-_NOT_PLAIN = 0x3F  # a codec, LogAppendTime, transactional or control (attributes bits 0-5)
+_NOT_PLAIN = CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
 _INT64_MIN = np.int64(-(1 << 63))
 _INT64_MAX = np.int64((1 << 63) - 1)
 
@@ -117,8 +133,9 @@ def check_plain(data, max_bytes, now_ms, before_max_ms, after_max_ms, compact): 
     n = len(data)
     if n < HEADER_SIZE or before_max_ms < 0 or after_max_ms < 0:  # negative limits: the general path's arithmetic
         return z, z
-    attributes = np.int64(_be16(data, 21))
-    if 12 + np.int64(_be32(data, 8)) != n or attributes & _NOT_PLAIN or _be64(data, 43) >= 0:
+    attributes = np.int64(_be16(data, ATTRIBUTES_OFFSET))
+    if (LOG_OVERHEAD + np.int64(_be32(data, LENGTH_OFFSET)) != n or attributes & _NOT_PLAIN
+            or _be64(data, PRODUCER_ID_OFFSET) >= 0):
         return z, z
     ts_low = _INT64_MIN if now_ms < _INT64_MIN + before_max_ms else now_ms - before_max_ms
     ts_high = _INT64_MAX if now_ms > _INT64_MAX - after_max_ms else now_ms + after_max_ms

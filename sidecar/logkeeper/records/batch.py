@@ -1,30 +1,6 @@
-"""The v2 record batch header (magic 2): layout, parsing and in-place patches.
+"""The v2 record batch header (magic 2): parsing and in-place patches.
 
-All integers big-endian. ``size = 12 + batchLength``.
-
-| byte | field                | type   | notes                                              |
-|------|----------------------|--------|----------------------------------------------------|
-| 0    | baseOffset           | int64  | not covered by the CRC                             |
-| 8    | batchLength          | int32  | bytes after this field                             |
-| 12   | partitionLeaderEpoch | int32  | not covered by the CRC                             |
-| 16   | magic                | int8   | always 2                                           |
-| 17   | crc                  | uint32 | CRC-32C of bytes 21..end                           |
-| 21   | attributes           | int16  | see below                                          |
-| 23   | lastOffsetDelta      | int32  |                                                    |
-| 27   | baseTimestamp        | int64  | the delete horizon when attribute 0x40 is set      |
-| 35   | maxTimestamp         | int64  | the append time when attribute 0x08 is set         |
-| 43   | producerId           | int64  | -1 when none                                       |
-| 51   | producerEpoch        | int16  | -1 when none                                       |
-| 53   | baseSequence         | int32  | -1 when none                                       |
-| 57   | recordCount          | int32  |                                                    |
-| 61   | records              |        | one compressed block when a codec is set           |
-
-Attributes: bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd); 0x08 timestamp type
-(1 = LogAppendTime); 0x10 transactional; 0x20 control; 0x40 hasDeleteHorizonMs.
-
-Because baseOffset and partitionLeaderEpoch sit before the CRC'd range, assigning offsets or a
-leader epoch patches 12 bytes without recomputing the CRC; changing anything from byte 21 on
-(LogAppendTime, the delete horizon) needs a new CRC.
+The layout (offsets, sizes, attribute bits) is batch_format.py's.
 """
 
 from __future__ import annotations
@@ -36,30 +12,29 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import BadMagicError, CrcMismatchError, LengthPastEndError, ShortBatchError
+from .batch_format import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    DELETE_HORIZON_FLAG,
+    HEADER_FORMAT,
+    HEADER_SIZE,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+)
 from .crc_kernels import HAVE_HW_CRC, crc32c_range
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
-assert HEADER_SIZE == 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength
-HEADER_SIZE_UP_TO_MAGIC = 17
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21
-BASE_TIMESTAMP_OFFSET = 27
-MAX_TIMESTAMP_OFFSET = 35
-MAGIC = 2
-
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG = 0x10
-CONTROL_FLAG = 0x20
-DELETE_HORIZON_FLAG = 0x40
-
-NO_TIMESTAMP = -1
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-NO_PARTITION_LEADER_EPOCH = -1
+HEADER = struct.Struct(HEADER_FORMAT)
+assert HEADER.size == HEADER_SIZE
 
 _BE_INT64 = struct.Struct(">q")
 _BE_INT32 = struct.Struct(">i")
@@ -113,7 +88,7 @@ class BatchHeader(NamedTuple):
         remaining = len(buf) - pos if available is None else available
         if remaining < HEADER_SIZE_UP_TO_MAGIC:
             raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {HEADER_SIZE}")
-        magic = buf[pos + 16]
+        magic = buf[pos + MAGIC_OFFSET]
         if magic != MAGIC:
             raise BadMagicError(pos, f"magic {magic}, expected {MAGIC}")
         if min(remaining, len(buf) - pos) < HEADER_SIZE:
@@ -190,7 +165,7 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
-    _BE_INT32.pack_into(buf, pos + 12, epoch)
+    _BE_INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 def set_max_timestamp(buf: bytearray | memoryview, pos: int, size: int, max_timestamp_ms: int,

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
-from .batch import (
+from .batch import HEADER, TimestampType, crc32c
+from .batch_format import (
     CONTROL_FLAG,
     DELETE_HORIZON_FLAG,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -45,8 +45,6 @@ from .batch import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
-    TimestampType,
-    crc32c,
 )
 from .compression import Codec, compress
 from .varint import encode_varint

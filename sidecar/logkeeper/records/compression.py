@@ -92,6 +92,7 @@ from collections.abc import Callable
 from typing import Any
 
 from logkeeper.errors import CompressionError, UnknownCodecError
+from logkeeper.records.batch_format import CODEC_MASK
 
 # cramjam (snappy, zstd) and lz4 are imported inside the codec functions: loading them takes a
 # noticeable part of a process's start, and many processes never meet a compressed batch.
@@ -123,7 +124,6 @@ class Codec(enum.IntEnum):
 
 
 #: Attribute bits that hold the codec id.
-CODEC_MASK = 0x07
 
 _CODEC_BY_NAME = {codec.name.lower(): codec for codec in Codec}
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import aot
 from ..aot import kernel
+from .batch_format import ATTRIBUTES_OFFSET
 
 _crc32_u64 = aot.intrinsic("crc32_u64")
 _crc32_u8 = aot.intrinsic("crc32_u8")
@@ -198,13 +199,14 @@ def batch_crcs3(buf, p0, e0, p1, e1, p2, e2):  # type: ignore[no-untyped-def]
 def first_bad_crc(buf, positions, sizes, crcs, lo, hi):  # type: ignore[no-untyped-def]
     """Row of the first batch in [lo, hi) whose stored CRC differs from its bytes', or -1.
 
-    Batches go three at a time (``batch_crcs3``); the CRC covers bytes 21..size of a batch.
+    Batches go three at a time (``batch_crcs3``); the CRC covers bytes ATTRIBUTES_OFFSET..size of a batch.
     """
     row = lo
     while row + 3 <= hi:
         p0, p1, p2 = positions[row], positions[row + 1], positions[row + 2]
-        r0, r1, r2 = batch_crcs3(buf, p0 + 21, p0 + sizes[row], p1 + 21, p1 + sizes[row + 1],
-                                 p2 + 21, p2 + sizes[row + 2])
+        a = ATTRIBUTES_OFFSET  # the CRC'd range starts here
+        r0, r1, r2 = batch_crcs3(buf, p0 + a, p0 + sizes[row], p1 + a, p1 + sizes[row + 1],
+                                 p2 + a, p2 + sizes[row + 2])
         if r0 != crcs[row]:
             return row
         if r1 != crcs[row + 1]:
@@ -214,7 +216,8 @@ def first_bad_crc(buf, positions, sizes, crcs, lo, hi):  # type: ignore[no-untyp
         row += 3
     while row < hi:
         p = positions[row]
-        if _update(np.uint32(0xFFFFFFFF), buf, p + 21, p + sizes[row]) ^ np.uint32(0xFFFFFFFF) != crcs[row]:
+        crc = _update(np.uint32(0xFFFFFFFF), buf, p + ATTRIBUTES_OFFSET, p + sizes[row]) ^ np.uint32(0xFFFFFFFF)
+        if crc != crcs[row]:
             return row
         row += 1
     return -1

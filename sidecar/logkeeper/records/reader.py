@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BadMagicError, CorruptRecordError, LengthPastEndError, ShortBatchError
-from .batch import HEADER_SIZE, BatchHeader, TimestampType
+from .batch import BatchHeader, TimestampType
+from .batch_format import HEADER_SIZE
 from .builder import Record
 from .compression import Codec, decompress
 from .scan import BatchTable, ScanStop, ensure_valid, first_crc_mismatch, headers_of, scan_batches, walk_records

@@ -5,7 +5,7 @@ Every fast path (recovery, verify, the cleaner, dump) starts here. The loops liv
 the typed wrappers, the column tables and the error mapping. No file I/O: ``buf`` is a 1-D uint8
 numpy array, possibly a view over an mmap; every position is absolute in ``buf``.
 
-Batch header (magic 2, all integers big-endian; batch size = 12 + batchLength)::
+Batch header (the layout is batch_format.py's) and the BatchTable column each field fills::
 
     byte  field                 type     BatchTable column (dtype)
     0     baseOffset            int64    base_offset (int64)
@@ -77,6 +77,7 @@ from logkeeper.errors import (
 from logkeeper.records import crc_kernels as _crc
 from logkeeper.records import scan_kernels as _k
 from logkeeper.records.batch import crc32c
+from logkeeper.records.batch_format import ATTRIBUTES_OFFSET, CODEC_MASK, HEADER_SIZE, MIN_RECORD_SIZE
 
 __all__ = [
     "BatchTable",
@@ -91,8 +92,6 @@ __all__ = [
     "walk_records",
 ]
 
-HEADER_SIZE = _k.HEADER_SIZE
-CODEC_MASK = 0x07
 
 I8 = npt.NDArray[np.int8]
 I16 = npt.NDArray[np.int16]
@@ -203,7 +202,7 @@ def scan_batches(
 
 
 def _crc_of(view: memoryview, position: int, size: int) -> int:
-    return int(crc32c(view[position + 21 : position + size]))
+    return int(crc32c(view[position + ATTRIBUTES_OFFSET : position + size]))
 
 
 def first_crc_mismatch(buf: npt.NDArray[np.uint8], table: BatchTable, from_row: int = 0) -> int:
@@ -219,7 +218,7 @@ def first_crc_mismatch(buf: npt.NDArray[np.uint8], table: BatchTable, from_row: 
     positions, sizes, crcs = table.position.tolist(), table.size.tolist(), table.crc.tolist()
     for row in range(from_row, len(positions)):
         p = positions[row]
-        if crc32c(view[p + 21 : p + sizes[row]]) != crcs[row]:
+        if crc32c(view[p + ATTRIBUTES_OFFSET : p + sizes[row]]) != crcs[row]:
             return row
     return -1
 
@@ -285,7 +284,7 @@ def walk_records(
     if n and (starts.min() < 0 or ends.max() > buf.shape[0] or bool(np.any(ends < starts))):
         raise ValueError("record areas must lie within buf")
     # A corrupt header can claim billions of records: bound each count by the area's bytes.
-    bad = np.flatnonzero((counts < 0) | (counts.astype(np.int64) > (ends - starts) // _k.MIN_RECORD_SIZE))
+    bad = np.flatnonzero((counts < 0) | (counts.astype(np.int64) > (ends - starts) // MIN_RECORD_SIZE))
     if bad.size:
         i = int(bad[0])
         raise InvalidRecordError(

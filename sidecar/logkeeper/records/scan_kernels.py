@@ -19,12 +19,24 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import kernel
-
-# Batch header layout (KAFKA_FORMAT.md); all integers big-endian.
-HEADER_SIZE = 61
-HEADER_UP_TO_MAGIC = 17  # Kafka's FileLogInputStream: fewer bytes left than this = end of data
-MIN_BATCH_LENGTH = HEADER_SIZE - 12  # batchLength counts the bytes after its own field
-MIN_RECORD_SIZE = 7  # length, attributes, tsDelta, offsetDelta, key -1, value -1, 0 headers
+from .batch_format import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_OFFSET,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+)
 
 # Stop reasons (mirrored by scan.ScanStop).
 STOP_END = 0
@@ -132,21 +144,21 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
         if remaining == 0:
             reason = STOP_END
             break
-        if remaining < HEADER_UP_TO_MAGIC:
+        if remaining < HEADER_SIZE_UP_TO_MAGIC:
             reason = STOP_SHORT_TAIL
             break
-        batch_length = np.int64(_be32(buf, p + 8))
+        batch_length = np.int64(_be32(buf, p + LENGTH_OFFSET))
         if batch_length < MIN_BATCH_LENGTH:
             reason = STOP_BAD_SIZE
             break
-        if 12 + batch_length > remaining:
+        if LOG_OVERHEAD + batch_length > remaining:
             reason = STOP_SHORT_TAIL
             break
-        if buf[p + 16] != 2:
+        if buf[p + MAGIC_OFFSET] != MAGIC:
             reason = STOP_BAD_MAGIC
             break
         n += 1
-        p += 12 + batch_length
+        p += LOG_OVERHEAD + batch_length
     stop = p
 
     position = np.empty(n, np.int64)
@@ -167,21 +179,21 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
     # Pass 2: fill the columns.
     p = start
     for i in range(n):
-        s = 12 + np.int64(_be32(buf, p + 8))
+        s = LOG_OVERHEAD + np.int64(_be32(buf, p + LENGTH_OFFSET))
         position[i] = p
         size[i] = s
         base_offset[i] = _be64(buf, p)
-        leader_epoch[i] = _be32(buf, p + 12)
-        magic[i] = np.int8(buf[p + 16])
-        crc[i] = np.uint32(_be32(buf, p + 17))
-        attributes[i] = _be16(buf, p + 21)
-        last_offset_delta[i] = _be32(buf, p + 23)
-        base_timestamp[i] = _be64(buf, p + 27)
-        max_timestamp[i] = _be64(buf, p + 35)
-        producer_id[i] = _be64(buf, p + 43)
-        producer_epoch[i] = _be16(buf, p + 51)
-        base_sequence[i] = _be32(buf, p + 53)
-        record_count[i] = _be32(buf, p + 57)
+        leader_epoch[i] = _be32(buf, p + PARTITION_LEADER_EPOCH_OFFSET)
+        magic[i] = np.int8(buf[p + MAGIC_OFFSET])
+        crc[i] = np.uint32(_be32(buf, p + CRC_OFFSET))
+        attributes[i] = _be16(buf, p + ATTRIBUTES_OFFSET)
+        last_offset_delta[i] = _be32(buf, p + LAST_OFFSET_DELTA_OFFSET)
+        base_timestamp[i] = _be64(buf, p + BASE_TIMESTAMP_OFFSET)
+        max_timestamp[i] = _be64(buf, p + MAX_TIMESTAMP_OFFSET)
+        producer_id[i] = _be64(buf, p + PRODUCER_ID_OFFSET)
+        producer_epoch[i] = _be16(buf, p + PRODUCER_EPOCH_OFFSET)
+        base_sequence[i] = _be32(buf, p + BASE_SEQUENCE_OFFSET)
+        record_count[i] = _be32(buf, p + RECORDS_COUNT_OFFSET)
         p += s
     return (
         position, size, base_offset, leader_epoch, magic, crc, attributes, last_offset_delta,

@@ -33,7 +33,7 @@ from ..log.checkpoint import (
     OffsetCheckpointFile,
 )
 from ..log_dir_rule import partitions_of, require_log_or_partition_dir
-from ..records.batch import HEADER_SIZE
+from ..records.batch_format import CODEC_MASK, HEADER_SIZE
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, first_crc_mismatch, scan_batches, walk_records
 
@@ -185,7 +185,7 @@ def _verify_segment(log_file: Path, base: int, floor: int | None, report: Verify
 def _verify_records(buf: np.ndarray, table: BatchTable, n: int, name: str, report: VerifyReport) -> int:
     if n == 0:
         return 0
-    codecs = table.attributes[:n] & 0x07
+    codecs = table.attributes[:n] & CODEC_MASK
     plain = np.flatnonzero(codecs == 0)
     count = 0
     try:
