@@ -1,12 +1,29 @@
-"""Positional writes that write everything.
+"""File writes that finish and survive a crash: the one place a file is replaced durably.
 
-``os.pwrite`` may write fewer bytes than asked (a signal, a nearly full disk); the callers that
-must not lose the rest (a segment's appends, an index's bulk entries) finish with this loop.
+``pwrite_all``: ``os.pwrite`` may write fewer bytes than asked (a signal, a nearly full disk); the
+callers that must not lose the rest (a segment's appends, an index's bulk entries) finish with
+this loop.
+
+``replace_file_durably(path, data)``: every small file that is replaced whole (the offset
+checkpoints, the clean-shutdown marker, the topic file, a Spark job's manifest and reports)
+goes through these steps, so that after a crash at any point ``path`` holds either its old
+bytes or the new ones, never a mix or nothing:
+
+1. ``data`` is written to ``<path><tmp_suffix>`` (created or truncated) — crash: the old file
+   is intact, a stray temporary file may be left (the next replace truncates it);
+2. the temporary file is fsynced, then ``on_step("tmp-written")``;
+3. it is renamed over ``path`` (atomic on POSIX), then ``on_step("renamed")`` — crash before
+   the directory's fsync: either name may be the one on disk after a power cut;
+4. the directory is fsynced: the rename is durable.
+
+``fsync_dir``: fsync a directory (after a create, rename or unlink in it).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int, written: int = 0) -> None:
@@ -14,3 +31,38 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int, wri
     view = memoryview(data)
     while written < len(view):
         written += os.pwrite(fd, view[written:], position + written)
+
+
+def fsync_dir(directory: Path | str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+TMP_SUFFIX = ".tmp"  # a log directory's loader removes files so named left by a crash
+
+
+def _no_step(step: str) -> None:
+    pass
+
+
+def replace_file_durably(path: Path | str, data: bytes | bytearray | memoryview, *, tmp_suffix: str = TMP_SUFFIX,
+                         on_step: Callable[[str], None] = _no_step) -> None:
+    """Replace ``path``'s content with ``data`` by the module docstring's four steps;
+    ``on_step`` is called after steps 2 and 3 (crash tests raise there)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + tmp_suffix)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    on_step("tmp-written")
+    os.replace(tmp, path)
+    on_step("renamed")
+    fsync_dir(path.parent)

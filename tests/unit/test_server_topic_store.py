@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from logkeeper.errors import KafkaStorageError
-from logkeeper.server.topic_store import TMP_SUFFIX, TOPICS_FILE, TopicStore
+from logkeeper.fileio import TMP_SUFFIX
+from logkeeper.server.topic_store import TOPICS_FILE, TopicStore
 
 
 class Crash(Exception):

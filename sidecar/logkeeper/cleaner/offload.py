@@ -70,9 +70,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..fileio import fsync_dir
 from ..log.log import Log
 from ..log.names import CLEANED_SUFFIX, TopicPartition
-from ..log.replace import CrashHook, fsync_dir
+from ..log.replace import CrashHook
 from ..log.segment import LogSegment
 from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
 from ..spark.progress import read_progress

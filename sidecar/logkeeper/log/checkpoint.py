@@ -8,7 +8,8 @@
     my-topic 0 1234        <- topic, partition, offset (one line an entry)
     my-topic 1 99
 
-Written crash-safely: to ``<name>.tmp``, fsynced, renamed over the old file, directory fsynced.
+Written crash-safely (fileio.replace_file_durably): to ``<name>.tmp``, fsynced, renamed over the old
+file, directory fsynced.
 A file that does not parse raises CorruptCheckpointError naming the file and line. As in Kafka's
 CheckpointFile, an empty file (a broker creates ``cleaner-offset-checkpoint`` so) or one with only
 the version line holds no entries.
@@ -16,12 +17,12 @@ the version line holds no entries.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import LogkeeperError
+from ..fileio import replace_file_durably
 from .names import TopicPartition
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -43,22 +44,8 @@ class OffsetCheckpointFile:
         lines = [str(VERSION), str(len(offsets))]
         lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in offsets.items()]
         data = ("\n".join(lines) + "\n").encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
         with self._lock:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            replace_file_durably(self.path, data)
 
     def read(self) -> dict[TopicPartition, int]:
         """The entries; an empty dict when the file does not exist."""

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CorruptIndexError, LogSegmentOffsetOverflowError
+from ..fileio import fsync_dir
 from ..records.scan import scan_batches
 from . import names
 from .log_config import LogConfig
-from .replace import fsync_dir, replace_segments
+from .replace import replace_segments
 from .segment import INT32_MAX, LogSegment
 from .segments import LogSegments
 

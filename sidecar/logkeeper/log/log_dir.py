@@ -43,15 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DuplicateLogDirError, LogDirLockedError, LogDirUnusableError
+from ..fileio import TMP_SUFFIX, fsync_dir, replace_file_durably
 from . import names
 from .checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from .replace import fsync_dir
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-TMP_SUFFIX = ".tmp"
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log, never a partition of ours
 LOCK_ATTEMPTS = 3
 
@@ -211,19 +210,7 @@ class LogDir:
 
     def write_clean_shutdown_marker(self, broker_epoch: int, crash_hook: CrashHook = _no_crash) -> None:
         data = json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")).encode()
-        tmp = self.path / (CLEAN_SHUTDOWN_FILE + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        crash_hook("tmp-written")
-        os.replace(tmp, self.clean_shutdown_file)
-        fsync_dir(self.path)
-        crash_hook("renamed")
+        replace_file_durably(self.clean_shutdown_file, data, on_step=crash_hook)
 
     # ------------------------------------------------------------------ partition directories
     def partition_dirs(self) -> PartitionDirs:

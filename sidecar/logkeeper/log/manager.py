@@ -61,6 +61,7 @@ from ..errors import (
     NoLiveLogDirsError,
     UnknownPartitionError,
 )
+from ..fileio import fsync_dir
 from . import names
 from .assign import LogAppendInfo
 from .cleaner_hooks import CleanerHooks
@@ -70,7 +71,6 @@ from .log_config import LogConfig
 from .log_dir import CrashHook, LogDir, LogDirStatus, capped_special_dir_name, open_log_dirs
 from .manager_config import ManagerConfig
 from .manager_tasks import ManagerTasks
-from .replace import fsync_dir
 from .scheduler import Scheduler
 from .segment import FetchData
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import KafkaStorageError, UnknownPartitionError
+from ..fileio import fsync_dir
 from .log import Log
 from .log_dir import LogDir
 from .names import TopicPartition
-from .replace import fsync_dir
 from .retention import delete_old_segments
 
 if TYPE_CHECKING:

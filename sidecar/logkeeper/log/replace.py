@@ -26,23 +26,15 @@ What the loader does with a directory left after a crash (``loader.py``):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..fileio import fsync_dir as fsync_dir  # also spark/rewrite.py's import (issue 21: take it from fileio)
 from .names import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from .segment import LogSegment
 from .segments import LogSegments
 
 CrashHook = Callable[[str], None]
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def replace_segments(

@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfigError, KafkaStorageError
-from ..log.replace import fsync_dir
+from ..fileio import replace_file_durably
 from .config import validate_topic_configs
 
 log = logging.getLogger(__name__)
 
 TOPICS_FILE = "logkeeper-topics.json"
-TMP_SUFFIX = ".tmp"
 VERSION = 0
 
 CrashHook = Callable[[str], None]
@@ -123,16 +121,4 @@ class TopicStore:
             self.generation, self.topics = generation, topics
 
     def _write(self, d: Path, data: bytes) -> None:
-        tmp = d / (TOPICS_FILE + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.crash_hook("topics:tmp-written")
-        os.replace(tmp, d / TOPICS_FILE)
-        fsync_dir(d)
-        self.crash_hook("topics:renamed")
+        replace_file_durably(d / TOPICS_FILE, data, on_step=lambda step: self.crash_hook("topics:" + step))

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from ..errors import UsageError
+from ..fileio import fsync_dir
 from ..log import names
 from ..log.log_dir import LogDir, capped_special_dir_name
-from ..log.replace import fsync_dir
 from ..log_dir_rule import require_log_dir
 from ..records.scan import first_crc_mismatch, scan_batches
 from .verify import map_file
