@@ -43,6 +43,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check sidecar operator tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # kcat (Debian's package, unpacked into .cache/kcat) for the Kafka listener tests; cached.
 kcat:

@@ -107,7 +107,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
 
 def _cmd_sidecar(args: argparse.Namespace) -> int:
     with _importing():
-        from .server.main import run
+        from .sidecar_main import run
 
     if not args.verbose:
         logging.getLogger().setLevel(logging.INFO)  # the sidecar's log is its operator's view

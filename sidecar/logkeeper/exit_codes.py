@@ -3,7 +3,7 @@
 0 ok; 1 problems found in the data (each named with its file and, where known, the position);
 2 usage or wrong input (a bad option, a missing file, a directory that is not a log dir).
 The sidecar, a service rather than a check, adds 1 for "could not start" and 3 for a shutdown
-that outlived shutdown.timeout.ms (server/main.py).
+that outlived shutdown.timeout.ms (sidecar_main.py).
 
 Kept free of heavy imports: cli.py loads it before any command's modules.
 """

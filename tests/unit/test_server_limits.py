@@ -54,7 +54,7 @@ Scenario = Callable[[Served], Awaitable[None]]
 
 
 def serve(config: SidecarConfig, scenario: Scenario) -> None:
-    """The app as main.py runs it (LimitedSite, the idle timeout), on a free loopback port."""
+    """The app as sidecar_main.py runs it (LimitedSite, the idle timeout), on a free loopback port."""
     sidecar = Sidecar(config)
     sidecar.start()
     pool = ThreadPoolExecutor(2)

@@ -29,18 +29,20 @@ import logging
 import shutil
 import threading
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import KafkaStorageError, UnknownPartitionError
 from ..fileio import fsync_dir
-from .log import Log
+from .cleaner_hooks import CleanerHooks
+from .log import Clock, Log
+from .log_config import LogConfig
 from .log_dir import LogDir
+from .manager_config import ManagerConfig
 from .names import TopicPartition
 from .retention import delete_old_segments
-
-if TYPE_CHECKING:
-    from .manager import LogManager
+from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,31 @@ DELETE_EXPIRED_FILES_INTERVAL_MS = 1000
 _SKIP = (KafkaStorageError, UnknownPartitionError)  # already handled by io_guard
 
 
+class TaskHost(Protocol):
+    """What the tasks use of their LogManager (manager.py), which owns them: a protocol, so that
+    this module does not import the manager back."""
+
+    config: ManagerConfig
+    scheduler: Scheduler
+    cleaner_hooks: CleanerHooks
+    dirs: list[LogDir]
+    clock_ms: Clock
+
+    @property
+    def default_log_config(self) -> LogConfig: ...
+
+    @property
+    def is_stopping(self) -> bool: ...
+
+    def io_guard(self, log_dir: LogDir, what: str, target: Log | None = None) -> AbstractContextManager[None]: ...
+
+    def logs_with_dirs(self) -> list[tuple[TopicPartition, Log, LogDir]]: ...
+
+    def logs_in_dir(self, log_dir: LogDir) -> dict[TopicPartition, Log]: ...
+
+
 class ManagerTasks:
-    def __init__(self, manager: LogManager) -> None:
+    def __init__(self, manager: TaskHost) -> None:
         self._m = manager
         self._delete_lock = threading.Lock()
         self._to_delete: list[tuple[Path, LogDir, int]] = []  # (directory, its log dir, queued at)

@@ -47,19 +47,19 @@ import logging
 import mmap
 import ssl
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..server.config import SidecarSettings
 from . import error_codes as ec
 from . import messages as m
+from .context import BrokerContext
 from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
-from .memory_pool import allocate_frame, free_frame
+from .memory_pool import MemoryPool, allocate_frame, free_frame
 from .primitives import MalformedError, Writer
-from .sasl import Mechanism, SaslFailure, server_for
-
-if TYPE_CHECKING:
-    from .listener import KafkaListener
+from .sasl import Mechanism, SaslFailure, UsersFile, server_for
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,27 @@ class SaslState:
 FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[bytes | None]]
 
 
+class ConnectionHost(Protocol):
+    """What a connection uses of its listener (listener.py's KafkaListener, which makes the
+    connections): a protocol, so that this module does not import the listener back."""
+
+    settings: SidecarSettings
+    memory: MemoryPool
+    stats: Counter[str]
+    stopping: bool
+    ctx: BrokerContext | None
+
+    def admit(self, conn: KafkaConnection) -> bool: ...
+
+    def forget(self, conn: KafkaConnection) -> None: ...
+
+    def users_or_fail(self) -> UsersFile: ...
+
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | None: ...
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, listener: KafkaListener, endpoint: Endpoint) -> None:
+    def __init__(self, listener: ConnectionHost, endpoint: Endpoint) -> None:
         self.listener = listener
         self.endpoint = endpoint
         self.transport: Any = None

@@ -1,6 +1,6 @@
 """logkeeper.server: the sidecar process — a LogManager, its cleaner threads and an HTTP API.
 
-``logkeeper sidecar --config FILE`` (main.py). Modules, one job each:
+``logkeeper sidecar --config FILE`` (the process: ../sidecar_main.py). Modules, one job each:
 
 - config.py        the YAML file (sections sidecar, node, cleaner, topics) and LOGKEEPER_* overrides
 - auth.py          the bearer token of the mounted token file (re-read on change, constant-time check)
@@ -13,7 +13,6 @@
 - params.py        request parameter parsing; errors.py: failures -> HTTP status and error code
 - middleware.py    request metrics, JSON errors, bearer-token checks
 - http_api.py      the routes and their thin handlers; openapi.py: the OpenAPI document
-- main.py          the process: listen, start, SIGTERM, bounded shutdown
 - process.py       the sidecar as a subprocess plus a small client (demo, tests, benchmarks)
 
 Every request that mutates needs ``Authorization: Bearer <token>``; every error is a JSON body

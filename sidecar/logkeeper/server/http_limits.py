@@ -7,7 +7,7 @@
   max.connections, which stops accepting instead: HTTP clients get a reason).
 - idle connections (and connections still sending their request line and headers, the slowloris
   case) are closed by aiohttp's keep-alive timer, set from ``http.connections.max.idle.ms``
-  (main.py passes it to the runner);
+  (sidecar_main.py passes it to the runner);
 - ``read_body``: a request body read whole, bounded in size (413) and in time
   (``http.body.timeout.ms``: 408, and the connection is closed); a client that hangs up
   mid-body gets one log line and a 400 ``client_disconnected`` (which it will not read), never

@@ -15,7 +15,7 @@ Blocking calls only: the HTTP layer runs each in its thread pool. Life cycle:
 
 ``shutdown()``: not ready; the cleaner threads stop (a round in progress is abandoned at its next
 check), then ``LogManager.shutdown`` flushes and closes every log, writes the checkpoints and the
-clean-shutdown markers, and unlocks. The caller bounds the time (server/main.py).
+clean-shutdown markers, and unlocks. The caller bounds the time (sidecar_main.py).
 
 Topics: a topic exists when it has partitions, was created through the API (saved in the
 topic store) or is declared in the config file. Partitions are numbered from 0; a create or a

@@ -1,4 +1,5 @@
-"""``logkeeper sidecar --config FILE``: the process.
+"""``logkeeper sidecar --config FILE``: the process, on top of both front ends (the HTTP API of
+server/ and the Kafka listener of protocol/), which is why it is not inside either package.
 
 1. The config file is loaded (config.py; exit 2 with one line naming the file and key when it
    is wrong), each log dir checked (log_dir_rule.py: a missing or empty one is made a log dir, a
@@ -40,14 +41,14 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
-from ..errors import InvalidConfigError
-from ..log_dir_rule import NotALogDirError, check_sidecar_log_dir, prepare_sidecar_log_dir
-from ..protocol.listener import KafkaListener
-from .auth import TokenFile
-from .config import SidecarConfig, load_config
-from .http_api import Api, build_app
-from .http_limits import READ_BUFSIZE, ConnectionLimit, LimitedSite
-from .service import Sidecar
+from .errors import InvalidConfigError
+from .log_dir_rule import NotALogDirError, check_sidecar_log_dir, prepare_sidecar_log_dir
+from .protocol.listener import KafkaListener
+from .server.auth import TokenFile
+from .server.config import SidecarConfig, load_config
+from .server.http_api import Api, build_app
+from .server.http_limits import READ_BUFSIZE, ConnectionLimit, LimitedSite
+from .server.service import Sidecar
 
 log = logging.getLogger(__name__)
 
