@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
-from logkeeper.cleaner.testing import read_log
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.server.process import SidecarError, SidecarProcess
 from logkeeper.tools.verify import verify_path
+from tests.cleaner_logs import read_log
 from tests.spark_helpers import HOUR, TP, build_log, clean_in_process, config, copy_log_dir
 
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]

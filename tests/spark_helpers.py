@@ -13,7 +13,6 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.exact import ExactDecisions
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
-from logkeeper.cleaner.testing import TxnProducer, append_kvs
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -23,6 +22,7 @@ from logkeeper.spark.extract import extract_keys
 from logkeeper.spark.manifest import SEGMENTS_DIR, Manifest, write_manifest
 from logkeeper.spark.plan import CLEAN, DIRTY, MIN_OFFSET, CompactionPlan, Offsets, plan_compaction
 from logkeeper.spark.rewrite import build_manifest, rewrite_group
+from tests.cleaner_logs import TxnProducer, append_kvs
 
 NOW_MS = 1_700_000_000_000
 HOUR = 3_600_000

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from logkeeper.log.log_config import TOPIC_SETTINGS
-from logkeeper.server.config import INT32_MAX, JAVA_INT_TOPIC_KEYS, MAX_PARTITIONS_PER_TOPIC
+from logkeeper.log.log_config import INT32_MAX, JAVA_INT_TOPIC_KEYS, TOPIC_SETTINGS
+from logkeeper.server.config import MAX_PARTITIONS_PER_TOPIC
 from logkeeper.settings import LONG_MAX, Setting, schema_of
 
 from .names import (

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
-from logkeeper.cleaner.testing import append_kvs, ensure_valid_segments, keys_in_log
 from logkeeper.errors import InvalidConfigError
 from logkeeper.log.checkpoint import OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.log_dir_rule import NotALogDirError
+from tests.cleaner_logs import append_kvs, ensure_valid_segments, keys_in_log
 
 NOW = 1_700_000_000_000
 STATS = re.compile(

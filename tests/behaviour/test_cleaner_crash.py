@@ -13,10 +13,10 @@ from logkeeper.cleaner.grouping import group_segments_by_size
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.testing import append_kvs, ensure_valid_segments, read_log
 from logkeeper.cleaner.txn import CleanedTransactionMetadata
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
+from tests.cleaner_logs import append_kvs, ensure_valid_segments, read_log
 
 START_MS = 1_700_000_000_000
 LONG_MAX = (1 << 63) - 1

@@ -23,7 +23,6 @@ from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.cleaner.manager import CleanerManager
 from logkeeper.cleaner.offload import Offloader
 from logkeeper.cleaner.offload_job import JobRequest
-from logkeeper.cleaner.testing import append_kvs, keys_in_log
 from logkeeper.cli import build_parser
 from logkeeper.errors import KafkaStorageError
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT
@@ -33,6 +32,7 @@ from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import ManualClock, Scheduler
 from logkeeper.spark.command import plan_from_args
 from logkeeper.tools.verify import verify_path
+from tests.cleaner_logs import append_kvs, keys_in_log
 from tests.disk import Faults, small_tmpfs
 from tests.spark_helpers import NOW_MS, TP, build_log, config, copy_log_dir, open_log, run_local_job
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.cleaner.states import Paused
-from logkeeper.cleaner.testing import keys_in_log
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.builder import Record, build_batch
+from tests.cleaner_logs import keys_in_log
 
 NOW = 1_700_000_000_000
 

@@ -23,12 +23,12 @@ from logkeeper.cleaner import map_builder
 from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
-from logkeeper.cleaner.testing import batch_records, ensure_valid_segments, log_batches
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.records.batch import TimestampType
 from logkeeper.records.builder import ControlType, Record, build_batch, build_marker_batch
 from logkeeper.records.compression import Codec
+from tests.cleaner_logs import batch_records, ensure_valid_segments, log_batches
 
 HOUR = 3_600_000
 START_MS = 1_700_000_000_000

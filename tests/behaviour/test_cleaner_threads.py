@@ -14,12 +14,12 @@ from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.states import Paused
-from logkeeper.cleaner.testing import append_kvs, batch_records, ensure_valid_segments, keys_in_log
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.scan import first_crc_mismatch, scan_batches
+from tests.cleaner_logs import append_kvs, batch_records, ensure_valid_segments, keys_in_log
 
 START_MS = 1_700_000_000_000
 

@@ -55,7 +55,7 @@ PRODUCER_EXPIRATION_MS = 86_400_000
 
 def features(log: Log) -> set[str]:
     """What a workload holds, to show the test covers it."""
-    from logkeeper.cleaner.testing import read_log
+    from tests.cleaner_logs import read_log
 
     out = set()
     for r in read_log(log):

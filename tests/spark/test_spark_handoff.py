@@ -26,11 +26,11 @@ from logkeeper.cleaner.manager import CleanerManager
 from logkeeper.cleaner.offload import Offloader
 from logkeeper.cleaner.offload_job import JOB_LOG, SubprocessRunner, default_command
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
-from logkeeper.cleaner.testing import append_kvs
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.spark import submit
+from tests.cleaner_logs import append_kvs
 from tests.spark_helpers import NOW_MS, TP, build_log, clean_in_process, config, copy_log_dir, open_log, segment_files
 
 JOB_TIMEOUT_S = 300.0

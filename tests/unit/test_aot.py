@@ -199,7 +199,7 @@ from logkeeper import aot
 import numpy as np
 from logkeeper.cleaner import backlog as backlog_module
 from logkeeper.cleaner.backlog import estimate_backlog
-from logkeeper.cleaner.testing import read_log
+from tests.cleaner_logs import read_log
 from logkeeper.log.log import Log
 from tests.spark_helpers import TP, build_log, clean_in_process, config, dict_decisions, plan_of, segment_files
 

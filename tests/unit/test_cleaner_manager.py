@@ -12,11 +12,11 @@ import pytest
 from logkeeper.cleaner.manager import CleanerManager
 from logkeeper.cleaner.selection import cleanable_offsets
 from logkeeper.cleaner.states import ABORTED, IN_PROGRESS, Paused, state_name
-from logkeeper.cleaner.testing import TxnProducer, append_kvs
 from logkeeper.errors import LogCleaningAbortedError
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
+from tests.cleaner_logs import TxnProducer, append_kvs
 
 START_MS = 1_700_000_000_000
 HOUR = 3_600_000

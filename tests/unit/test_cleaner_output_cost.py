@@ -14,9 +14,9 @@ from logkeeper.cleaner.appender import INLINE_GROUP_BYTES, InlineAppender, Windo
 from logkeeper.cleaner.cleaner import Cleaner, cleaned_index_bound
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
-from logkeeper.cleaner.testing import append_kvs, read_log
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
+from tests.cleaner_logs import append_kvs, read_log
 
 START_MS = 1_700_000_000_000
 CONFIG = LogConfig.from_props({"segment.bytes": 4096, "index.interval.bytes": 64, "cleanup.policy": "compact"})

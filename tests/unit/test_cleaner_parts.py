@@ -17,13 +17,13 @@ from logkeeper.cleaner.offset_map import BYTES_PER_SLOT, OffsetMap, SipHashOffse
 from logkeeper.cleaner.producers import LastRecord, last_records_of_active_producers
 from logkeeper.cleaner.siphash import siphash_bytes
 from logkeeper.cleaner.stats import CleanerStats, format_stats, java_f1
-from logkeeper.cleaner.testing import TxnProducer, append_kvs, append_marker
 from logkeeper.cleaner.txn import CleanedTransactionMetadata
 from logkeeper.errors import InvalidConfigError
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.records.builder import ControlType
+from tests.cleaner_logs import TxnProducer, append_kvs, append_marker
 
 MASK = (1 << 64) - 1
 KEY0 = int.from_bytes(bytes(range(8)), "little")

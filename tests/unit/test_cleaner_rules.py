@@ -12,7 +12,14 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.testing import (
+from logkeeper.cleaner.txn import CleanedTransactionMetadata
+from logkeeper.errors import CorruptRecordError, CrcMismatchError, LogCleaningAbortedError
+from logkeeper.log import version_cache
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
+from logkeeper.log.names import TopicPartition
+from logkeeper.records.compression import Codec
+from tests.cleaner_logs import (
     append_kvs,
     append_with_offsets,
     ensure_valid_segments,
@@ -21,13 +28,6 @@ from logkeeper.cleaner.testing import (
     offsets_in_log,
     read_log,
 )
-from logkeeper.cleaner.txn import CleanedTransactionMetadata
-from logkeeper.errors import CorruptRecordError, CrcMismatchError, LogCleaningAbortedError
-from logkeeper.log import version_cache
-from logkeeper.log.log import Log
-from logkeeper.log.log_config import LogConfig
-from logkeeper.log.names import TopicPartition
-from logkeeper.records.compression import Codec
 
 START_MS = 1_700_000_000_000
 INT_MAX = (1 << 31) - 1

@@ -11,7 +11,12 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.testing import (
+from logkeeper.cleaner.txn import CleanedTransactionMetadata, collect_aborted
+from logkeeper.index.txn_index import AbortedTxn
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
+from logkeeper.records.builder import ControlType, control_key
+from tests.cleaner_logs import (
     TxnProducer,
     append_kvs,
     append_marker,
@@ -21,11 +26,6 @@ from logkeeper.cleaner.testing import (
     log_batches,
     offsets_in_log,
 )
-from logkeeper.cleaner.txn import CleanedTransactionMetadata, collect_aborted
-from logkeeper.index.txn_index import AbortedTxn
-from logkeeper.log.log import Log
-from logkeeper.log.log_config import LogConfig
-from logkeeper.records.builder import ControlType, control_key
 
 START_MS = 1_700_000_000_000
 INT_MAX = (1 << 31) - 1

@@ -15,11 +15,11 @@ from logkeeper.cleaner import map_kernel as mk
 from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.testing import append_kvs
 from logkeeper.errors import CorruptRecordError
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.records.batch import crc32c
+from tests.cleaner_logs import append_kvs
 
 RECORD_COUNT_AT = 57  # the header's recordCount (int32, big-endian)
 CRC_AT = 17  # the header's CRC-32C of bytes 21..end

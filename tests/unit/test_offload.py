@@ -25,13 +25,13 @@ from logkeeper.cleaner.offload_job import JobRequest, OffloadError, SubprocessRu
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.states import Paused
-from logkeeper.cleaner.testing import append_kvs, read_log
 from logkeeper.cli import build_parser
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.spark.command import plan_from_args
 from logkeeper.spark.manifest import MANIFEST, SEGMENTS_DIR, read_manifest, write_manifest
+from tests.cleaner_logs import append_kvs, read_log
 from tests.spark_helpers import (
     NOW_MS,
     TP,

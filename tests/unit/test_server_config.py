@@ -8,6 +8,7 @@ import pytest
 
 from logkeeper.cleaner.config import CLEANER_SETTINGS
 from logkeeper.errors import InvalidConfigError
+from logkeeper.log.log_config import validate_topic_configs
 from logkeeper.log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, MANAGER_SETTINGS
 from logkeeper.server.config import (
     SIDECAR_SETTINGS,
@@ -16,7 +17,6 @@ from logkeeper.server.config import (
     env_overrides_map,
     load_config,
     parse_listen_address,
-    validate_topic_configs,
 )
 
 FULL = """

@@ -20,5 +20,5 @@ Modules, one job each:
 - log_cleaner.py   LogCleaner: threads, LogManager hooks, metrics (metrics.py)
 - backlog.py       marking logs too big for one map, with a HyperLogLog key count
 - stats.py         round statistics and Kafka's stats line
-- clean_command.py ``logkeeper clean LOG_DIR``; testing.py: helpers for tests and benchmarks
+- clean_command.py ``logkeeper clean LOG_DIR`` (the tests' log helpers: tests/cleaner_logs.py)
 """

@@ -2,8 +2,9 @@
 
 Each key is defined once in ``TOPIC_SETTINGS`` (type, default, validator, doc); LogConfig's
 fields carry the same names with dots as underscores, and a unit test checks both agree.
-Deliberate choices: none yet (every default is Kafka's; ``message.timestamp.after.max.ms``
-follows Kafka 4.0, where it became one hour).
+``validate_topic_configs`` checks a topic's overrides (from the config file, the API, the
+Kafka listener, the operator) against them. Deliberate choices: none yet (every default is
+Kafka's; ``message.timestamp.after.max.ms`` follows Kafka 4.0, where it became one hour).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from ..errors import InvalidConfigError
 from ..settings import LONG_MAX, Setting, SettingGroup, at_least, between, one_of, subset_of
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -132,3 +134,25 @@ class LogConfig:
 
     def field_names(self) -> list[str]:
         return [f.name for f in fields(self)]
+
+
+# Kafka declares these topic keys as Java ints, the other integer keys as longs (TopicConfig).
+JAVA_INT_TOPIC_KEYS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
+INT32_MAX = (1 << 31) - 1
+
+
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Topic-level overrides parsed and validated: ``{key: value}`` (InvalidConfigError names the key).
+    Integers must also fit Kafka's type of the key (int or long), as a broker would require."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        setting = TOPIC_SETTINGS.by_key.get(str(key))
+        if setting is None:
+            raise InvalidConfigError(f"unknown topic config key {key!r}")
+        value = setting.parse(raw)
+        if setting.type is int:
+            limit = INT32_MAX if setting.key in JAVA_INT_TOPIC_KEYS else LONG_MAX
+            if not -limit - 1 <= value <= limit:
+                raise InvalidConfigError(f"invalid value {raw!r} for config {setting.key}: must be at most {limit}")
+        out[setting.key] = value
+    return out

@@ -19,8 +19,7 @@ from typing import Any
 
 from ..errors import InvalidConfigError
 from ..log import names
-from ..log.log_config import TOPIC_SETTINGS
-from ..server.config import JAVA_INT_TOPIC_KEYS, validate_topic_configs
+from ..log.log_config import JAVA_INT_TOPIC_KEYS, TOPIC_SETTINGS, validate_topic_configs
 from ..server.errors import BadRequestError
 from . import error_codes as ec
 from .context import BrokerContext, Connection

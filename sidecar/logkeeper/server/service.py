@@ -38,14 +38,14 @@ from ..cleaner.log_cleaner import LogCleaner
 from ..errors import KafkaStorageError, UnknownPartitionError
 from ..log import names
 from ..log.log import Log, wall_clock_ms
-from ..log.log_config import LogConfig
+from ..log.log_config import LogConfig, validate_topic_configs
 from ..log.manager import LogManager
 from ..log.names import TopicPartition
 from ..log.validator import validate_request
 from ..records.builder import Record, build_batch
 from ..records.scan import scan_batches
 from .cleaning import CleaningControl, RoundLog
-from .config import MAX_PARTITIONS_PER_TOPIC, SidecarConfig, validate_topic_configs
+from .config import MAX_PARTITIONS_PER_TOPIC, SidecarConfig
 from .errors import BadRequestError, NotReadyError, TopicExistsError, TopicNotFoundError
 from .record_json import records_to_json
 from .topic_store import TopicStore

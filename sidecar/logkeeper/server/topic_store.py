@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import InvalidConfigError, KafkaStorageError
 from ..fileio import replace_file_durably
-from .config import validate_topic_configs
+from ..log.log_config import validate_topic_configs
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""Helpers for the cleaner's tests and benchmarks: writing logs and reading them back.
+"""Helpers for the cleaner's tests: writing logs and reading them back (test code: not in the package).
 
-Not used by the cleaner itself. Reading decodes every record in Python (fine for tests); the
+Reading decodes every record in Python (fine for tests); the
 writers go through ``Log.append`` so that offsets, indexes and transaction state are the log's.
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..log.log import Log
-from ..records.batch import BatchHeader
-from ..records.batch_format import HEADER_SIZE, TIMESTAMP_TYPE_MASK
-from ..records.builder import ControlType, Headers, Record, build_batch, build_marker_batch
-from ..records.compression import Codec, decompress
-from ..records.scan import headers_of, scan_batches, walk_records
+from logkeeper.log.log import Log
+from logkeeper.records.batch import BatchHeader
+from logkeeper.records.batch_format import HEADER_SIZE, TIMESTAMP_TYPE_MASK
+from logkeeper.records.builder import ControlType, Headers, Record, build_batch, build_marker_batch
+from logkeeper.records.compression import Codec, decompress
+from logkeeper.records.scan import headers_of, scan_batches, walk_records
 
 KV = tuple[bytes | None, bytes | None]
 
@@ -146,8 +146,8 @@ def last_offsets_per_batch(log: Log) -> list[int]:
 
 def ensure_valid_segments(log: Log) -> None:
     """Every segment scans to its end and every batch has a valid CRC (raises otherwise)."""
-    from ..errors import CorruptRecordError
-    from ..records.scan import ScanStop, ensure_valid
+    from logkeeper.errors import CorruptRecordError
+    from logkeeper.records.scan import ScanStop, ensure_valid
 
     for seg in log.segments.values():
         data = seg.log.path.read_bytes()
