@@ -43,6 +43,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from side_by_side import cpu_model  # noqa: E402
+
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
 
@@ -113,14 +115,7 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown CPU")
     return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, " \
            f"confluent-kafka {importlib.metadata.version('confluent-kafka')} (librdkafka {ck.libversion()[0]})"
 

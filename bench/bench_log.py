@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from side_by_side import cpu_model
+
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.segment import LogSegment
@@ -103,14 +105,7 @@ def bench_recovery(tmp: Path, size_mb: int) -> dict[str, float]:
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown")
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 

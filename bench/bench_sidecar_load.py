@@ -41,6 +41,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+from side_by_side import cpu_model
 
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.scan import scan_batches
@@ -165,14 +166,7 @@ async def run_load(proc: SidecarProcess, args: argparse.Namespace) -> dict[str, 
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown CPU")
     return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, numpy {np.__version__}, " \
            f"aiohttp {aiohttp.__version__}"
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from side_by_side import cpu_model
 
 from logkeeper.log.checkpoint import RECOVERY_POINT_CHECKPOINT
 from logkeeper.log.log_dir import CLEAN_SHUTDOWN_FILE
@@ -83,14 +84,7 @@ def time_startup(log_dir: Path, threads: int, segment_bytes: int, prepare: str) 
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown")
     return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, numpy {np.__version__}"
 
 

@@ -33,15 +33,19 @@ def commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def machine_line() -> str:
-    cpu = "unknown CPU"
+def cpu_model(unknown: str = "unknown CPU") -> str:
+    """The CPU's model name from /proc/cpuinfo (``unknown`` where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return unknown
+
+
+def machine_line() -> str:
+    cpu = cpu_model("unknown CPU")
     try:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     except (OSError, IndexError):

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.side_by_side import cpu_model
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from tests.kafka.conftest import BrokerFactory
@@ -109,14 +110,7 @@ def _clean(log_dir: Path) -> tuple[CleanerRound, ToolResult]:
 
 
 def _machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown CPU")
     java = run(["java", "-version"], check=False).stderr.splitlines()
     mem = ""
     try:
