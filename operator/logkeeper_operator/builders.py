@@ -25,12 +25,12 @@ directory, so that the sidecar drops the hand-off, removes the directory and cle
 from __future__ import annotations
 
 import copy
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from logkeeper.server.config import env_name, parse_listen_address
 
+from . import spark_on_k8s
 from .jobspec import CompactionJobSpec
 from .names import (
     ANNOTATION_RESTART_HASH,
@@ -345,24 +345,32 @@ def scratch_volume(backlog_bytes: int, spark: SparkSpec) -> Obj:
 
 
 def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: CompactionJobSpec, spark: SparkSpec,
-              claim: str) -> Obj:
+              claim: str, read_write_many: bool = False) -> Obj:
     """Attempt ``attempt`` of a CompactionJob: one pod running the sidecar's ``logkeeper
     spark-compact`` arguments, with the volume mounted where the sidecar has it (the arguments'
     paths hold there), no retries of its own (the CompactionJob counts attempts), bounded by
-    activeDeadlineSeconds."""
+    activeDeadlineSeconds. On the node of the sidecar's pod unless the claim is ReadWriteMany.
+    Mode kubernetes: the pod is Spark's driver, the executors pods (spark_on_k8s.py)."""
     env: list[Obj] = [{"name": "HOME", "value": "/tmp"}, {"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"},
                       {"name": "LOGKEEPER_SUBMISSION_ID", "value": batch_job_name(cj_name, attempt)}]
-    if spark.conf:
-        args = " ".join(f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(spark.conf.items()))
-        env.append({"name": "PYSPARK_SUBMIT_ARGS", "value": f"{args} pyspark-shell"})
+    data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+    data_mount = {"name": "data", "mountPath": f"{DATA_ROOT}/{cj.volume_id}"}
+    pinned = None if read_write_many else _next_to_sidecar(cj.log_volume)
+    conf = dict(spark.conf)
+    if spark.mode == "kubernetes":
+        conf = spark_on_k8s.driver_conf(namespace, spark.image, conf)
+        env += [*spark_on_k8s.driver_env(),
+                {"name": spark_on_k8s.TEMPLATE_ENV, "value": spark_on_k8s.executor_template(
+                    pod_security_context(), container_security_context(), data_volume, data_mount, pinned)}]
+    if conf:  # after the variables it names: Kubernetes expands $(POD_IP) from those defined before
+        env.append({"name": "PYSPARK_SUBMIT_ARGS", "value": spark_on_k8s.submit_args(conf)})
     container: Obj = {
         "name": SPARK_CONTAINER,
         "image": spark.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [TINI, "--", "logkeeper", *cj.args],
         "env": env,
-        "volumeMounts": [{"name": "data", "mountPath": f"{DATA_ROOT}/{cj.volume_id}"},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [data_mount, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": container_security_context(),
     }
     if spark.resources:
@@ -371,11 +379,11 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         "restartPolicy": "Never",
         "securityContext": pod_security_context(),
         "containers": [container],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}},
-                    scratch_volume(cj.backlog_bytes, spark)],
+        "volumes": [data_volume, scratch_volume(cj.backlog_bytes, spark)],
     }
+    if pinned is not None:
+        pod["affinity"] = pinned
     if spark.mode == "local":
-        pod["affinity"] = _next_to_sidecar(cj.log_volume)
         pod["automountServiceAccountToken"] = False
     elif spark.service_account:
         pod["serviceAccountName"] = spark.service_account

@@ -189,7 +189,8 @@ def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = 
     events: list[Event] = []
     if step.kind == "submit":
         job_body = builders.batch_job(name, namespace, uid, step.attempt, cj, spec.spark,
-                                      builders.claim_for(cj.log_volume, volume))
+                                      builders.claim_for(cj.log_volume, volume),
+                                      read_write_many="ReadWriteMany" in volume.access_modes)
         _, created = kube.create_if_absent(job_body)
         out.update(phase=RUNNING, attempts=step.attempt, submissionId=job_body["metadata"]["name"],
                    jobName=job_body["metadata"]["name"], staging=cj.staging, message=step.message)

@@ -262,15 +262,20 @@ def logvolume_spec() -> Schema:
         "x-kubernetes-validations": [
             rule("!has(self.master) || (has(self.mode) && self.mode == 'kubernetes') == "
                  "self.master.startsWith('k8s://')",
-                 "mode kubernetes needs a k8s:// master; mode local a local[N] master", ".master")],
+                 "mode kubernetes needs a k8s:// master; mode local a local[N] master", ".master"),
+            rule("!has(self.mode) || self.mode != 'kubernetes' || has(self.serviceAccountName)",
+                 "mode kubernetes needs a serviceAccountName allowed to create the executors' pods",
+                 ".serviceAccountName")],
         "properties": {
             "autoSubmit": {"type": "boolean", "default": True,
                            "description": "Make a CompactionJob when the sidecar reports a backlog."},
             "mode": {"type": "string", "enum": list(SPARK_MODES), "default": "local",
                      "description": "local: Spark local[*] in a Job's pod on the volume; kubernetes: the driver "
-                                    "in that pod, executors as pods (needs a ReadWriteMany claim)."},
+                                    "in that pod, executors as pods of the same image with the volume mounted "
+                                    "(on the sidecar's node unless the claim is ReadWriteMany)."},
             "image": {"type": "string", "description": "Image of the Job (default: the sidecar's)."},
-            "master": {"type": "string", "description": "Spark master (local[*] / k8s://https://HOST:PORT)."},
+            "master": {"type": "string", "description": "Spark master (local[*] / k8s://https://HOST:PORT; "
+                                                         "kubernetes default: the in-cluster API server)."},
             "conf": {"type": "object", "additionalProperties": {"type": "string"},
                      "description": "Spark conf (spark.executor.instances, ...)."},
             "serviceAccountName": {"type": "string", "description": "Service account of the driver (kubernetes)."},

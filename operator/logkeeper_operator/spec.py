@@ -41,7 +41,9 @@ CLEANER_KEYS = dict(CLEANER_SETTINGS.by_key)
 
 DEFAULT_IMAGE = "logkeeper:0.1.0"
 SPARK_MODES = ("local", "kubernetes")
-DEFAULT_K8S_MASTER = "k8s://https://kubernetes.default.svc"
+# the API server as kubelet tells every container (client-go's in-cluster config reads the same
+# variables), expanded by Kubernetes in the Job's command: no cluster DNS needed (spark_on_k8s.py)
+DEFAULT_K8S_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -366,13 +368,18 @@ def _spark(raw: Any, sidecar_image: str) -> SparkSpec:
     if mode == "kubernetes" and not master.startswith("k8s://"):
         raise SpecError(f"{where}.master", f"mode kubernetes needs a k8s://https://HOST:PORT master, got {master!r}")
     conf = {str(k): str(v) for k, v in _mapping(s.get("conf"), f"{where}.conf").items()}
+    account = _str(s.get("serviceAccountName"), f"{where}.serviceAccountName")
+    if mode == "kubernetes" and not account:
+        raise SpecError(f"{where}.serviceAccountName", "mode kubernetes: the driver creates the executors' pods, so "
+                                                       "it needs a ServiceAccount allowed to (README: Spark on "
+                                                       "Kubernetes, the Role)")
     return SparkSpec(
         auto_submit=_bool(s.get("autoSubmit"), f"{where}.autoSubmit", True),
         mode=mode,
         image=_str(s.get("image"), f"{where}.image") or sidecar_image,
         master=master,
         conf=conf,
-        service_account=_str(s.get("serviceAccountName"), f"{where}.serviceAccountName"),
+        service_account=account,
         resources=dict(_mapping(s.get("resources"), f"{where}.resources")),
         timeout_seconds=_int(s.get("timeoutSeconds"), f"{where}.timeoutSeconds", 3600, 60, 7 * 86400),
         max_attempts=_int(s.get("maxAttempts"), f"{where}.maxAttempts", 3, 1, 10),

@@ -1,5 +1,6 @@
 """The `logkeeper` command line: dump-log, verify, recover, clean, resolve-duplicates, sidecar,
-spark-compact. Handlers stay thin: the rules live in the modules they import.
+spark-compact, and executor (what Spark runs in an executor pod of our image). Handlers stay
+thin: the rules live in the modules they import.
 
 Exit codes (exit_codes.py, printed by --help): 0 ok; 1 problems found in the data (one line
 each, naming the file and position); 2 usage or wrong input. What a log dir is, and so where a
@@ -121,6 +122,13 @@ def _cmd_spark_compact(args: argparse.Namespace) -> int:
     return spark_compact(args)
 
 
+def _cmd_executor(args: argparse.Namespace) -> int:
+    with _importing():
+        from .spark.on_k8s import run_executor
+
+    return run_executor()
+
+
 def _add_dump(sub: Any) -> None:
     d = sub.add_parser("dump-log", help="print segment (.log) and index files")
     d.add_argument("files", nargs="+", metavar="FILE")
@@ -180,9 +188,16 @@ def _add_spark_compact(sub: Any) -> None:
     k.set_defaults(func=_cmd_spark_compact)
 
 
+def _add_executor(sub: Any) -> None:
+    e = sub.add_parser("executor", help="a Spark executor: what Spark on Kubernetes runs in an executor pod of "
+                                        "this image (its environment says which driver; spark/on_k8s.py)")
+    e.set_defaults(func=_cmd_executor)
+
+
 COMMANDS: dict[str, Callable[[Any], None]] = {
     "dump-log": _add_dump, "verify": _add_verify, "recover": _add_recover, "clean": _add_clean,
     "resolve-duplicates": _add_resolve_duplicates, "sidecar": _add_sidecar, "spark-compact": _add_spark_compact,
+    "executor": _add_executor,
 }
 
 

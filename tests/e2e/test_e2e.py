@@ -10,6 +10,7 @@ Steps run in order (one cluster); each names what it checks.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import re
@@ -332,6 +333,89 @@ def test_08_backlog_becomes_a_compaction_job_in_our_image(kubectl: Kubectl, env:
     mark(f"CompactionJob {name}: spark-compact in our image's pod, result installed ({len(records)} records left)")
 
 
+SPARK_SA = "logkeeper-spark"
+# README "Executors as pods": the driver's ServiceAccount and what it may do in the namespace
+SPARK_RBAC = [
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SPARK_SA, "namespace": NAMESPACE}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+     "metadata": {"name": SPARK_SA, "namespace": NAMESPACE},
+     "rules": [{"apiGroups": [""], "resources": ["pods", "configmaps", "services", "persistentvolumeclaims"],
+                "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": SPARK_SA, "namespace": NAMESPACE},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SPARK_SA},
+     "subjects": [{"kind": "ServiceAccount", "name": SPARK_SA, "namespace": NAMESPACE}]},
+]
+
+
+def attempt_seconds(status: dict[str, Any]) -> float:
+    """A finished CompactionJob's last attempt, start to end (RFC 3339 times, 1 s resolution)."""
+    def t(key: str) -> float:
+        return datetime.datetime.fromisoformat(status[key].replace("Z", "+00:00")).timestamp()
+    return t("completionTime") - t("attemptStartTime")
+
+
+def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]) -> None:
+    """spec.spark.mode kubernetes: the Job's pod is the driver, the executors are pods of our image
+    on the node (the claim is ReadWriteOnce: the sidecar's node), and the result is exact."""
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": SPARK_RBAC}))
+    before = {c["metadata"]["name"]: c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]}
+    uid = pod(kubectl)["metadata"]["uid"]
+    # 100m a executor: the node's 2 cores are mostly requested by the pods already there
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=merge", "-p", json.dumps({"spec": {"spark": {
+        "mode": "kubernetes", "serviceAccountName": SPARK_SA, "cooldownSeconds": 0,
+        "conf": {"spark.executor.instances": "2", "spark.kubernetes.executor.request.cores": "100m"}}}}))
+    wait_for(lambda: pod(kubectl)["metadata"]["uid"] != uid and sidecar_ready(kubectl)
+             and condition(lv_json(kubectl), "Ready").get("status") == "True", 300,
+             "the pod rolled for the new offload master, Ready", every_s=2)
+    api = through_service(kubectl)
+    for chunk in range(30):
+        batch = [{"key": f"b{chunk % 15}-{i}", "value": f"k{chunk}" + "z" * 20} for i in range(200)]
+        api.produce("accounts", 0, batch)
+        WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
+    cj = wait_for(lambda: next((c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
+                                if c["metadata"]["name"] not in before), None), 180,
+                  "a CompactionJob for the new backlog on accounts-0")
+    name = cj["metadata"]["name"]
+    assert cj["spec"]["mode"] == "kubernetes", cj["spec"]
+    seen: dict[str, dict[str, Any]] = {}  # executor pod -> what it was seen as while the job ran
+
+    def finished() -> dict[str, Any] | None:
+        for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", "spark-role=executor")["items"]:
+            c = (p["status"].get("containerStatuses") or [{}])[0]
+            seen.setdefault(p["metadata"]["name"], {}).update(
+                node=p["spec"].get("nodeName"), phase=p["status"].get("phase"), imageID=c.get("imageID"),
+                ran=seen.get(p["metadata"]["name"], {}).get("ran") or "running" in (c.get("state") or {}),
+                owner=[o["kind"] + "/" + o["name"] for o in p["metadata"].get("ownerReferences") or []],
+                args=p["spec"]["containers"][0].get("args"), sa_token=p["spec"].get("automountServiceAccountToken"))
+        obj = kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)
+        return dict(obj) if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+    done = wait_for(finished, 900, f"CompactionJob {name} (executors as pods) to finish", every_s=1)
+    job_pods = kubectl.json("get", "pods", "-n", NAMESPACE, "-l", f"job-name={name}-a1")["items"]
+    if done["status"]["phase"] != "Succeeded":
+        print(kubectl("logs", "-n", NAMESPACE, job_pods[0]["metadata"]["name"], "--tail=80", check=False).stdout)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    ran = {n: p for n, p in seen.items() if p["ran"]}
+    print("\nexecutor pods seen:", json.dumps(seen, indent=1))
+    assert ran, f"no executor pod ran: {seen}"
+    driver = job_pods[0]["metadata"]["name"]
+    for p in ran.values():
+        assert p["node"] == NODE_NAME and p["args"] == ["executor"], p
+        assert env["IMAGE_ID"] in p["imageID"] or env["IMAGE_DIGEST"] in p["imageID"], p
+        assert p["owner"] == [f"Pod/{driver}"] and p["sa_token"] is False, p
+    # Spark deletes its executors when the job ends (and the driver's pod owns them regardless)
+    wait_for(lambda: not kubectl.json("get", "pods", "-n", NAMESPACE, "-l", "spark-role=executor")["items"], 120,
+             "the executor pods deleted after the job")
+    assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
+    local = next(c for c in before.values() if (c.get("status") or {}).get("phase") == "Succeeded")
+    figures = {"local attempt s (step 8)": attempt_seconds(local["status"]),
+               "executors-as-pods attempt s": attempt_seconds(done["status"]), "executor pods ran": len(ran)}
+    print(f"issue-21 figures: {figures}")
+    mark(f"CompactionJob {name}: driver {driver}, {len(ran)} executor pods of our image on {NODE_NAME}, "
+         f"result installed ({figures})")
+
+
 def test_09_killed_sidecar_container_is_restarted_with_nothing_lost(kubectl: Kubectl, node: RealNode) -> None:
     api = through_service(kubectl)
     WRITTEN["events"] = [f"e{i}-{secrets.token_hex(4)}" for i in range(50)]
@@ -398,9 +482,10 @@ def test_12_deletion_and_helm_uninstall_leave_nothing(kubectl: Kubectl, helm: He
     wait_for(lambda: not kubectl.json("get", "compactionjobs,jobs,pods", "-n", NAMESPACE)["items"], 120,
              "CompactionJobs, Jobs and their pods deleted with their LogVolume", every_s=2)
     assert kubectl.exists("pvc", f"{LV}-disk-1", NAMESPACE), "deleteClaim: false keeps the claim"
-    # the rest is the user's: the kept claim, the policy, the PVs this test made (Retain)
+    # the rest is the user's: the kept claim, the policy, step 8b's RBAC, the PVs this test made (Retain)
     kubectl("delete", "pvc", f"{LV}-disk-1", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
     kubectl("delete", "cleanerpolicy", "fast", "-n", NAMESPACE)
+    kubectl("delete", "-n", NAMESPACE, *(f"{k}/{SPARK_SA}" for k in ("serviceaccount", "role", "rolebinding")))
     kubectl("delete", "pv", "e2e-disk-0", "e2e-disk-1", "--wait=true", "--timeout=60s")
     mark("LogVolume deleted: its children, CompactionJobs, Jobs and pods went")
 

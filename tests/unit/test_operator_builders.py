@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 import pytest
@@ -117,13 +119,48 @@ def test_batch_job_local_and_kubernetes() -> None:
     assert pod["containers"][0]["command"] == ["/usr/bin/tini", "--", "logkeeper", *ARGS]
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/data/d0"  # where the sidecar has it
     assert pod["affinity"]["podAffinity"] and pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "orders-d0"
-    k8s = lv(spark={"mode": "kubernetes", "serviceAccountName": "spark",
+    shared = builders.batch_job("cj1", "ns", "cj-uid", 2, cj, lv().spark, "orders-d0", read_write_many=True)
+    assert "affinity" not in shared["spec"]["template"]["spec"]  # a ReadWriteMany claim mounts on any node
+
+
+def test_batch_job_kubernetes_mode_driver_and_executor_pods() -> None:
+    cj = parse_compactionjob({"logVolume": "orders", "topic": "t", "partition": 1, "volumeId": "d0",
+                              "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
+                              "staging": ARGS[6], "timeoutSeconds": 600})
+    k8s = lv(spark={"mode": "kubernetes", "serviceAccountName": "spark", "image": "img:1",
                     "conf": {"spark.executor.instances": "4"}}).spark
     job = builders.batch_job("cj1", "ns", "cj-uid", 1, cj, k8s, "orders-d0")
     pod = job["spec"]["template"]["spec"]
-    assert "affinity" not in pod and pod["serviceAccountName"] == "spark"
-    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-    assert env["PYSPARK_SUBMIT_ARGS"] == "--conf spark.executor.instances=4 pyspark-shell"
+    # the driver: the service account's token mounted, on the sidecar's node (the claim is ReadWriteOnce)
+    assert pod["serviceAccountName"] == "spark" and "automountServiceAccountToken" not in pod
+    assert pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
+    env = pod["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    # Kubernetes expands $(POD_IP) only from variables defined before the one that names it
+    assert names.index("POD_IP") < names.index("PYSPARK_SUBMIT_ARGS") and names.index("POD_NAME") < names.index(
+        "PYSPARK_SUBMIT_ARGS")
+    values = {e["name"]: e.get("value") for e in env}
+    conf = dict(a.split("=", 1) for a in shlex.split(values["PYSPARK_SUBMIT_ARGS"])[:-1] if a != "--conf")
+    assert conf["spark.executor.instances"] == "4"  # the user's conf wins over our default (2)
+    assert conf["spark.driver.host"] == "$(POD_IP)" and conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert conf["spark.kubernetes.container.image"] == "img:1" and conf["spark.kubernetes.namespace"] == "ns"
+    assert conf["spark.kubernetes.authenticate.oauthTokenFile"].endswith("/serviceaccount/token")
+    # the executors' pod: restricted security, no token, the claim where the sidecar has it, pinned alike
+    template = json.loads(values["LOGKEEPER_EXECUTOR_POD_TEMPLATE"])
+    spec = template["spec"]
+    assert template["kind"] == "Pod" and spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == builders.pod_security_context()
+    container = spec["containers"][0]
+    assert container["name"] == conf["spark.kubernetes.executor.podTemplateContainerName"]
+    assert container["securityContext"] == builders.container_security_context()
+    assert {"name": "data", "mountPath": "/data/d0"} in container["volumeMounts"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "orders-d0"}} in spec["volumes"]
+    assert spec["affinity"] == pod["affinity"]
+    # the default master reaches the API server without cluster DNS
+    assert lv(spark={"mode": "kubernetes", "serviceAccountName": "s"}).spark.master == \
+        "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+    with pytest.raises(SpecError, match=r"spec\.spark\.serviceAccountName"):
+        lv(spark={"mode": "kubernetes"})
 
 
 def test_spark_scratch_is_sized_from_the_backlog() -> None:

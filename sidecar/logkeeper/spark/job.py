@@ -25,7 +25,8 @@ the master); PYSPARK_PYTHON is this interpreter (set before the session starts: 
 ``spark.pyspark.python`` conf is not honoured outside spark-submit) and SPARK_LOCAL_IP loopback
 for local masters; ``spark.sql.shuffle.partitions`` (the keys aggregate's) = 3 x the default
 parallelism; the UI on (port 4040) and memory from the round's bytes unless ``--conf`` says
-otherwise (resources.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
+otherwise (resources.py); with a k8s:// master, the executors' pod template the operator gave
+(on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
 read and written), written by the driver to ``<staging>/progress.json`` every second (progress.py).
 
 For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (command.py
@@ -53,6 +54,7 @@ from ..cleaner.exact import ExactDecisions
 from .command import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
 from .extract import extract_keys
 from .manifest import SEGMENTS_DIR, InputSegment, Manifest, StagedFile, write_manifest
+from .on_k8s import template_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
 from .progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
@@ -80,7 +82,8 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    for key, value in derived_conf(read_bytes, master, conf or {}, under_submit).items():
+    conf = {**template_conf(master, conf or {}, os.environ), **(conf or {})}  # executors as pods (on_k8s.py)
+    for key, value in derived_conf(read_bytes, master, conf, under_submit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,93 @@
+"""The offload Job of ``spec.spark.mode: kubernetes``: its pod is Spark's driver (client mode) and
+the executors are pods of our image that the driver asks the API server for.
+
+What the driver needs, given as Spark conf (PYSPARK_SUBMIT_ARGS; the user's ``spec.spark.conf``
+wins key by key):
+
+- who it is: its pod's name (the executor pods are owned by it, so deleting the Job's pod - a
+  cancel, a timeout - deletes them too) and IP, from the downward API through Kubernetes' own
+  ``$(VAR)`` expansion of the environment; fixed driver and block manager ports (a
+  NetworkPolicy can name them);
+- the API server's CA and the service account's token (client mode reads neither by itself);
+- the executors' image (the Job's) and namespace, and how many: ``EXECUTORS`` by default.
+
+What the executors need, as the pod template the driver hands to Spark (spark/on_k8s.py writes
+LOGKEEPER_EXECUTOR_POD_TEMPLATE to a file): the security context of every pod the operator
+makes (the namespace may enforce Pod Security "restricted"), no API token, the log volume's
+claim mounted where the sidecar has it (the workers read segments and write the cleaned ones by
+the sidecar's paths), a /tmp, and - unless the claim is ReadWriteMany - the node of the
+sidecar's pod, the one node where a ReadWriteOnce claim can be mounted (the driver's pod is
+pinned there too). The executors run ``logkeeper executor`` (the image's entrypoint with Spark's
+argument ``executor``).
+
+The master: default ``k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)``, the
+address kubelet gives every container (client-go's in-cluster config reads the same two
+variables), expanded by Kubernetes in the Job's command: no cluster DNS needed.
+
+The driver's service account must be allowed to manage the executors' pods and config maps in
+the namespace (README, "Spark on Kubernetes": the Role).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+Obj = dict[str, Any]
+
+EXECUTORS = 2
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+TEMPLATE_ENV = "LOGKEEPER_EXECUTOR_POD_TEMPLATE"  # read by logkeeper/spark/on_k8s.py
+EXECUTOR_CONTAINER = "executor"
+_SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def driver_env() -> list[Obj]:
+    """The driver pod's name and IP (downward API), before the variables that expand them."""
+    return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for name, path in (("POD_NAME", "metadata.name"), ("POD_IP", "status.podIP"))]
+
+
+def driver_conf(namespace: str, image: str, user_conf: Mapping[str, str]) -> dict[str, str]:
+    """The driver's Spark conf: ours, then the user's over it."""
+    ours = {
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
+        "spark.driver.host": "$(POD_IP)",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
+        "spark.kubernetes.authenticate.caCertFile": f"{_SA}/ca.crt",
+        "spark.kubernetes.authenticate.oauthTokenFile": f"{_SA}/token",
+        "spark.kubernetes.container.image": image,
+        "spark.kubernetes.container.image.pullPolicy": "IfNotPresent",
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+        "spark.executor.instances": str(EXECUTORS),
+        "spark.executorEnv.HOME": "/tmp",
+        "spark.executorEnv.NUMBA_CACHE_DIR": "/tmp/numba",
+    }
+    return {**ours, **user_conf}
+
+
+def submit_args(conf: Mapping[str, str]) -> str:
+    """PYSPARK_SUBMIT_ARGS for ``conf`` (pyspark splits it as a shell would)."""
+    args = " ".join(f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(conf.items()))
+    return f"{args} pyspark-shell"
+
+
+def executor_template(pod_security: Obj, container_security: Obj, data_volume: Obj, data_mount: Obj,
+                      affinity: Obj | None) -> str:
+    """The executors' pod template, as the JSON of LOGKEEPER_EXECUTOR_POD_TEMPLATE."""
+    spec: Obj = {
+        "securityContext": pod_security,
+        "automountServiceAccountToken": False,
+        "containers": [{"name": EXECUTOR_CONTAINER, "securityContext": container_security,
+                        "volumeMounts": [data_mount, {"name": "tmp", "mountPath": "/tmp"}]}],
+        "volumes": [data_volume, {"name": "tmp", "emptyDir": {}}],
+    }
+    if affinity is not None:
+        spec["affinity"] = affinity
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "spec": spec}, sort_keys=True)
