@@ -48,21 +48,11 @@ import numpy as np
 
 from ..log.log import Log
 from ..log.segment import AppendedBatch, LogSegment
+from ..records import batch_format as bf
 from ..records.batch import crc32c, crc_mismatch
-from ..records.batch_format import (
-    ATTRIBUTES_OFFSET,
-    CODEC_MASK,
-    CONTROL_FLAG,
-    CRC_OFFSET,
-    DELETE_HORIZON_FLAG,
-    HEADER_SIZE,
-    LENGTH_OFFSET,
-    MIN_BATCH_LENGTH,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
 from ..records.codec_pool import codec_map
 from ..records.compression import Codec, compress
+from ..records.control import control_record_type
 from ..records.crc_kernels import HAVE_HW_CRC
 from ..records.scan import BatchTable, walk_error
 from . import filter_kernels as fk
@@ -73,10 +63,10 @@ from .producers import LastRecord
 from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
 from .throttler import Throttler
-from .txn import CleanedTransactionMetadata, control_type_of
+from .txn import CleanedTransactionMetadata
 
 # what a rebuilt batch keeps of its source's attributes (the delete horizon bit is set anew)
-_REBUILT_KEEPS = CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
+_REBUILT_KEEPS = bf.CODEC_MASK | bf.TIMESTAMP_TYPE_MASK | bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG
 WINDOW_BYTES = 16 * 1024 * 1024
 _BE32 = struct.Struct(">i")
 _BEU32 = struct.Struct(">I")
@@ -148,9 +138,9 @@ class SegmentFilter:
                      upper_bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = view.table
         attrs = t.attributes.astype(np.int64)
-        is_control = (attrs & CONTROL_FLAG) != 0
+        is_control = (attrs & bf.CONTROL_FLAG) != 0
         can_discard = self.read_transactions(view, txns)
-        has_horizon = (attrs & DELETE_HORIZON_FLAG) != 0
+        has_horizon = (attrs & bf.DELETE_HORIZON_FLAG) != 0
         horizon_passed = has_horizon & (t.base_timestamp <= self.now_ms)
         discard_records = np.where(is_control, can_discard & horizon_passed, can_discard)
         retain_empty = ((t.producer_id >= 0) & self._is_last_of_producer(t, is_control, last_records)) | (
@@ -169,11 +159,11 @@ class SegmentFilter:
         t = view.table
         attrs = t.attributes.astype(np.int64)
         can_discard = np.zeros(t.count, dtype=bool)
-        for row in np.flatnonzero(attrs & (TRANSACTIONAL_FLAG | CONTROL_FLAG)).tolist():
+        for row in np.flatnonzero(attrs & (bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG)).tolist():
             pid, last = int(t.producer_id[row]), int(t.last_offset[row])
-            if attrs[row] & CONTROL_FLAG:
+            if attrs[row] & bf.CONTROL_FLAG:
                 raw = view.raw(int(t.position[row]), int(t.size[row]))
-                ctype = control_type_of(raw, int(attrs[row]), int(t.record_count[row]))
+                ctype = control_record_type(raw, int(attrs[row]), int(t.record_count[row]))
                 can_discard[row] = txns.on_control_batch_read(pid, last, ctype)
             else:
                 can_discard[row] = txns.on_batch_read(pid, last, True)
@@ -210,8 +200,8 @@ class SegmentFilter:
         rec_pos = np.empty(keep.shape[0], dtype=np.int64)  # where each record starts (decide -> assemble)
         areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE)
         attrs = t.attributes[lo:hi].astype(np.int64)
-        lat = (attrs & TIMESTAMP_TYPE_MASK) != 0
-        has_horizon = (attrs & DELETE_HORIZON_FLAG) != 0
+        lat = (attrs & bf.TIMESTAMP_TYPE_MASK) != 0
+        has_horizon = (attrs & bf.DELETE_HORIZON_FLAG) != 0
         base_ts = t.base_timestamp[lo:hi]
         max_ts = t.max_timestamp[lo:hi]
         horizon = np.where(has_horizon, base_ts, -1)
@@ -261,12 +251,13 @@ class SegmentFilter:
         action[~retained & retain_empty & (mode != fk.FILTER_DELETE)] = fk.ACTION_EMPTY
         new_horizon = np.where(need_horizon, self.now_ms + self.delete_retention_ms, horizon)
         new_base_ts = np.where(new_horizon >= 0, new_horizon, d.first_kept_ts)
-        new_attrs = (attrs & _REBUILT_KEEPS) | np.where(new_horizon >= 0, DELETE_HORIZON_FLAG, 0)
+        new_attrs = (attrs & _REBUILT_KEEPS) | np.where(new_horizon >= 0, bf.DELETE_HORIZON_FLAG, 0)
         new_max_ts = np.where(lat, max_ts, d.kept_max_ts)
         sizes = t.size[lo:hi].astype(np.int64)
-        bound = (np.where(action == fk.ACTION_ORIGINAL, sizes, 0) + np.where(action == fk.ACTION_EMPTY, HEADER_SIZE, 0)
+        bound = (np.where(action == fk.ACTION_ORIGINAL, sizes, 0)
+                 + np.where(action == fk.ACTION_EMPTY, bf.HEADER_SIZE, 0)
                  + np.where(action == fk.ACTION_REBUILD,
-                            HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0))
+                            bf.HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0))
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         out_pos = np.zeros(n, dtype=np.int64)
         out_size = np.zeros(n, dtype=np.int64)
@@ -298,7 +289,7 @@ class SegmentFilter:
                 out_size: np.ndarray) -> memoryview:
         """CRCs of the written headers; rebuilt compressed batches compressed (sizes updated)."""
         view = out.data
-        codecs = attrs & CODEC_MASK
+        codecs = attrs & bf.CODEC_MASK
         rebuilt_compressed = (action == fk.ACTION_REBUILD) & (codecs != 0)
         plain = np.flatnonzero(((action == fk.ACTION_EMPTY) | (action == fk.ACTION_REBUILD)) & ~rebuilt_compressed)
         if HAVE_HW_CRC:
@@ -306,23 +297,23 @@ class SegmentFilter:
         else:
             for r in plain.tolist():
                 p, s = int(out_pos[r]), int(out_size[r])
-                _BEU32.pack_into(view, p + CRC_OFFSET, crc32c(view[p + ATTRIBUTES_OFFSET:p + s]))
+                _BEU32.pack_into(view, p + bf.CRC_OFFSET, crc32c(view[p + bf.ATTRIBUTES_OFFSET:p + s]))
         compressed = np.flatnonzero(rebuilt_compressed).tolist()
         if not compressed:
             return view
         parts: list[bytes | memoryview] = []
         cursor = 0
         bodies = codec_map(lambda r: compress(Codec(int(codecs[r])),  # on every core (records/codec_pool.py)
-                                              view[int(out_pos[r]) + HEADER_SIZE:int(out_pos[r] + out_size[r])]),
+                                              view[int(out_pos[r]) + bf.HEADER_SIZE:int(out_pos[r] + out_size[r])]),
                            compressed)
         for r, body in zip(compressed, bodies, strict=True):
             p, s = int(out_pos[r]), int(out_size[r])
             parts.append(view[cursor:p])
-            header = bytearray(view[p:p + HEADER_SIZE])
-            _BE32.pack_into(header, LENGTH_OFFSET, MIN_BATCH_LENGTH + len(body))
-            _BEU32.pack_into(header, CRC_OFFSET, crc32c(bytes(header[ATTRIBUTES_OFFSET:]) + body))
+            header = bytearray(view[p:p + bf.HEADER_SIZE])
+            _BE32.pack_into(header, bf.LENGTH_OFFSET, bf.MIN_BATCH_LENGTH + len(body))
+            _BEU32.pack_into(header, bf.CRC_OFFSET, crc32c(bytes(header[bf.ATTRIBUTES_OFFSET:]) + body))
             parts += [bytes(header), body]
-            out_size[r] = HEADER_SIZE + len(body)
+            out_size[r] = bf.HEADER_SIZE + len(body)
             cursor = p + s
         parts.append(view[cursor:])
         return memoryview(b"".join(parts))

@@ -56,27 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import intrinsic, kernel
-from ..records.batch_format import (
-    ATTRIBUTES_OFFSET,
-    BASE_SEQUENCE_OFFSET,
-    BASE_TIMESTAMP_OFFSET,
-    CONTROL_FLAG,
-    CRC_OFFSET,
-    HEADER_SIZE,
-    LAST_OFFSET_DELTA_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    MIN_BATCH_LENGTH,
-    PARTITION_LEADER_EPOCH_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORDS_COUNT_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
+from ..records import batch_format as bf
 from ..records.crc_kernels import crc32c_any, crc32c_range
 from ..records.scan_kernels import (
     ERR_EXTRA_BYTES,
@@ -106,7 +86,7 @@ _prefetch_row = intrinsic("prefetch_row")
 ERR_CRC = 40  # a source batch's stored CRC differs from its bytes'; detail = the CRC computed
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
 # what a header-only batch keeps of its source's attributes: codec none, no delete horizon
-_EMPTY_KEEPS = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
+_EMPTY_KEEPS = bf.TIMESTAMP_TYPE_MASK | bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG
 
 
 @kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
@@ -298,18 +278,18 @@ def _write_header(  # type: ignore[no-untyped-def]
     max_ts, producer_id, producer_epoch, base_sequence, count,
 ):
     _put_be(out, p, base_offset, 8)
-    _put_be(out, p + LENGTH_OFFSET, batch_length, 4)
-    _put_be(out, p + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
-    out[p + MAGIC_OFFSET] = MAGIC
-    _put_be(out, p + CRC_OFFSET, 0, 4)
-    _put_be(out, p + ATTRIBUTES_OFFSET, attributes, 2)
-    _put_be(out, p + LAST_OFFSET_DELTA_OFFSET, last_offset_delta, 4)
-    _put_be(out, p + BASE_TIMESTAMP_OFFSET, base_ts, 8)
-    _put_be(out, p + MAX_TIMESTAMP_OFFSET, max_ts, 8)
-    _put_be(out, p + PRODUCER_ID_OFFSET, producer_id, 8)
-    _put_be(out, p + PRODUCER_EPOCH_OFFSET, producer_epoch, 2)
-    _put_be(out, p + BASE_SEQUENCE_OFFSET, base_sequence, 4)
-    _put_be(out, p + RECORDS_COUNT_OFFSET, count, 4)
+    _put_be(out, p + bf.LENGTH_OFFSET, batch_length, 4)
+    _put_be(out, p + bf.PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
+    out[p + bf.MAGIC_OFFSET] = bf.MAGIC
+    _put_be(out, p + bf.CRC_OFFSET, 0, 4)
+    _put_be(out, p + bf.ATTRIBUTES_OFFSET, attributes, 2)
+    _put_be(out, p + bf.LAST_OFFSET_DELTA_OFFSET, last_offset_delta, 4)
+    _put_be(out, p + bf.BASE_TIMESTAMP_OFFSET, base_ts, 8)
+    _put_be(out, p + bf.MAX_TIMESTAMP_OFFSET, max_ts, 8)
+    _put_be(out, p + bf.PRODUCER_ID_OFFSET, producer_id, 8)
+    _put_be(out, p + bf.PRODUCER_EPOCH_OFFSET, producer_epoch, 2)
+    _put_be(out, p + bf.BASE_SEQUENCE_OFFSET, base_sequence, 4)
+    _put_be(out, p + bf.RECORDS_COUNT_OFFSET, count, 4)
 
 
 @kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i8[], i4[], i8[], "
@@ -336,15 +316,15 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
             w += s
             continue
         if a == ACTION_EMPTY:
-            _write_header(out, w, base_offset[r], MIN_BATCH_LENGTH, leader_epoch[r],
+            _write_header(out, w, base_offset[r], bf.MIN_BATCH_LENGTH, leader_epoch[r],
                           attributes[r] & _EMPTY_KEEPS, last_offset_delta[r], -1, max_ts[r],
                           producer_id[r], producer_epoch[r], base_sequence[r], 0)
-            out_size[r] = HEADER_SIZE
-            w += HEADER_SIZE
+            out_size[r] = bf.HEADER_SIZE
+            w += bf.HEADER_SIZE
             continue
         # rebuild from the kept records
         src = dbuf if in_dbuf[r] else buf
-        q0 = w + HEADER_SIZE
+        q0 = w + bf.HEADER_SIZE
         o = q0
         lat = log_append_time[r]
         new_base = new_base_ts[r]
@@ -371,7 +351,7 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
                 out[o:o + rest] = src[q3:rec_end]
                 o += rest
         total = o - w
-        _write_header(out, w, base_offset[r], total - LOG_OVERHEAD, leader_epoch[r], new_attributes[r],
+        _write_header(out, w, base_offset[r], total - bf.LOG_OVERHEAD, leader_epoch[r], new_attributes[r],
                       last_offset_delta[r], new_base, new_max_ts[r], producer_id[r],
                       producer_epoch[r], base_sequence[r], n_kept[r])
         out_size[r] = total
@@ -385,4 +365,4 @@ def fill_crcs(out, out_pos, out_size, rows):  # type: ignore[no-untyped-def]
     for i in range(rows.shape[0]):
         r = rows[i]
         p = out_pos[r]
-        _put_be(out, p + CRC_OFFSET, crc32c_range(out, p + ATTRIBUTES_OFFSET, p + out_size[r]), 4)
+        _put_be(out, p + bf.CRC_OFFSET, crc32c_range(out, p + bf.ATTRIBUTES_OFFSET, p + out_size[r]), 4)

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ..errors import CorruptRecordError
 from ..log.log import Log
 from ..records.batch_format import CONTROL_FLAG, MIN_RECORD_SIZE, TRANSACTIONAL_FLAG
+from ..records.control import control_record_type
 from ..records.scan import walk_error
 from ..records.scan_kernels import ERR_NONE
 from . import map_kernel as mk
@@ -36,7 +37,7 @@ from .offset_map import SipHashOffsetMap
 from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
 from .throttler import Throttler
-from .txn import CleanedTransactionMetadata, collect_aborted, control_type_of
+from .txn import CleanedTransactionMetadata, collect_aborted
 
 WINDOW_BYTES = 16 * 1024 * 1024
 
@@ -95,7 +96,7 @@ class MapBuilder:
             pid, last, attributes = int(t.producer_id[row]), int(t.last_offset[row]), int(t.attributes[row])
             if attributes & CONTROL_FLAG:
                 raw = view.raw(int(t.position[row]), int(t.size[row]))
-                txns.on_control_batch_read(pid, last, control_type_of(raw, attributes, int(t.record_count[row])))
+                txns.on_control_batch_read(pid, last, control_record_type(raw, attributes, int(t.record_count[row])))
             elif txns.on_batch_read(pid, last, True):
                 mode[row] = mk.MAP_ABORTED
         return mode

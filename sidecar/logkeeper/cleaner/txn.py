@@ -23,19 +23,13 @@ per record.
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..index.txn_index import AbortedTxn, TransactionIndex
 from ..log.log import Log
 from ..log.segments import LogSegments
-from ..records.batch_format import CODEC_MASK, HEADER_SIZE
-from ..records.compression import Codec, decompress
-from ..records.varint import MAX_VARLONG_BYTES, decode_varint
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
+from ..records.control import ControlType
 
 
 @dataclass
@@ -71,14 +65,14 @@ class CleanedTransactionMetadata:
         self._consume_aborted_up_to(last_offset)
         if control_type is None:
             return True
-        if control_type == CONTROL_ABORT:
+        if control_type == ControlType.ABORT:
             ongoing = self._ongoing_aborted.pop(producer_id, None)
             if ongoing is not None and ongoing.last_observed_batch_offset is not None:
                 if self.cleaned_index is not None:
                     self.cleaned_index.append(ongoing.txn)
                 return False
             return True
-        if control_type == CONTROL_COMMIT:
+        if control_type == ControlType.COMMIT:
             if producer_id in self._ongoing_committed:
                 self._ongoing_committed.discard(producer_id)
                 return False
@@ -122,22 +116,3 @@ def collect_aborted_in(segments: LogSegments, log_start_offset: int, start_offse
                 return out
     return out
 
-
-def control_type_of(batch: bytes | memoryview, attributes: int, record_count: int) -> int | None:
-    """The type of a control batch's first record (0 ABORT, 1 COMMIT, ...); None when empty."""
-    if record_count < 1:
-        return None
-    area: bytes | memoryview = memoryview(batch)[HEADER_SIZE:]
-    codec = attributes & CODEC_MASK
-    if codec:
-        area = decompress(Codec(codec), area)
-    pos = 0
-    _length, pos = decode_varint(area, pos)
-    pos += 1  # attributes
-    _ts, pos = decode_varint(area, pos, MAX_VARLONG_BYTES)
-    _delta, pos = decode_varint(area, pos)
-    key_len, pos = decode_varint(area, pos)
-    if key_len < 4:
-        return -1  # not a control record Kafka can parse: never discarded
-    _version, ctype = struct.unpack_from(">hh", area, pos)
-    return int(ctype)

@@ -29,7 +29,6 @@ expired (Kafka drops them after producer.id.expiration.ms).
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,11 +39,9 @@ import numpy as np
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..index.txn_index import AbortedTxn
 from ..records.batch import BatchHeader
-from ..records.batch_format import CONTROL_FLAG, HEADER_SIZE, TRANSACTIONAL_FLAG
-from ..records.builder import ControlType
-from ..records.compression import Codec, decompress
+from ..records.batch_format import CONTROL_FLAG, TRANSACTIONAL_FLAG
+from ..records.control import ControlType, control_record_type
 from ..records.scan import BatchTable
-from ..records.varint import MAX_VARLONG_BYTES, decode_varint
 
 if TYPE_CHECKING:
     from .segment import LogSegment
@@ -62,20 +59,7 @@ class CompletedTxn:
 
 def control_type_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> ControlType | None:
     """COMMIT or ABORT for a control batch's first record; None for other control types."""
-    area: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
-    if header.codec != Codec.NONE:
-        area = decompress(Codec(header.codec), area)
-    if header.record_count < 1:
-        return None
-    pos = 0
-    _length, pos = decode_varint(area, pos)
-    pos += 1  # attributes
-    _ts, pos = decode_varint(area, pos, MAX_VARLONG_BYTES)
-    _od, pos = decode_varint(area, pos)
-    key_len, pos = decode_varint(area, pos)
-    if key_len < 4:
-        return None
-    _version, ctype = struct.unpack_from(">hh", area, pos)
+    ctype = control_record_type(memoryview(batch)[:header.size], header.attributes, header.record_count)
     return ControlType(ctype) if ctype in (0, 1) else None
 
 

@@ -26,28 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import kernel
+from . import batch_format as bf
 from . import crc_kernels as _crc
 from . import scan_kernels as _k
-from .batch_format import (
-    ATTRIBUTES_OFFSET,
-    BASE_TIMESTAMP_OFFSET,
-    CODEC_MASK,
-    CONTROL_FLAG,
-    CRC_OFFSET,
-    HEADER_SIZE,
-    HEADER_SIZE_UP_TO_MAGIC,
-    LAST_OFFSET_DELTA_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    MIN_RECORD_SIZE,
-    PRODUCER_ID_OFFSET,
-    RECORDS_COUNT_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
 from .scan_kernels import _be16, _be32, _be64
 
 # Codes beyond check_kernel's (ERR_* of scan_kernels, all below 30).
@@ -80,40 +61,40 @@ def _check_batch(buf, pos, max_bytes, from_client, check_ts, ts_low, ts_high, co
     array or bytes."""
     z = np.int64(0)
     remaining = len(buf) - pos
-    if remaining < HEADER_SIZE_UP_TO_MAGIC or buf[pos + MAGIC_OFFSET] != MAGIC or remaining < HEADER_SIZE:
+    if remaining < bf.HEADER_SIZE_UP_TO_MAGIC or buf[pos + bf.MAGIC_OFFSET] != bf.MAGIC or remaining < bf.HEADER_SIZE:
         return ERR_HEADER, pos, z, z, z, z, z, z
-    size = LOG_OVERHEAD + np.int64(_be32(buf, pos + LENGTH_OFFSET))
-    if size < HEADER_SIZE or size > remaining:
+    size = bf.LOG_OVERHEAD + np.int64(_be32(buf, pos + bf.LENGTH_OFFSET))
+    if size < bf.HEADER_SIZE or size > remaining:
         return ERR_HEADER, pos, z, z, z, z, z, z
     if size > max_bytes:
         return ERR_TOO_LARGE, pos, z, size, z, z, z, z
-    computed = np.int64(_crc.crc32c_any(buf, pos + ATTRIBUTES_OFFSET, pos + size))
-    last_delta = np.int64(_be32(buf, pos + LAST_OFFSET_DELTA_OFFSET))
-    count = np.int64(_be32(buf, pos + RECORDS_COUNT_OFFSET))
-    header_max_ts = _be64(buf, pos + MAX_TIMESTAMP_OFFSET)
-    if computed != np.int64(np.uint32(_be32(buf, pos + CRC_OFFSET))):
+    computed = np.int64(_crc.crc32c_any(buf, pos + bf.ATTRIBUTES_OFFSET, pos + size))
+    last_delta = np.int64(_be32(buf, pos + bf.LAST_OFFSET_DELTA_OFFSET))
+    count = np.int64(_be32(buf, pos + bf.RECORDS_COUNT_OFFSET))
+    header_max_ts = _be64(buf, pos + bf.MAX_TIMESTAMP_OFFSET)
+    if computed != np.int64(np.uint32(_be32(buf, pos + bf.CRC_OFFSET))):
         return ERR_CRC, pos, computed, size, z, last_delta, count, header_max_ts
-    attributes = np.int64(_be16(buf, pos + ATTRIBUTES_OFFSET))
+    attributes = np.int64(_be16(buf, pos + bf.ATTRIBUTES_OFFSET))
     code = 0
-    if from_client and attributes & CONTROL_FLAG:
+    if from_client and attributes & bf.CONTROL_FLAG:
         code = ERR_CONTROL
     elif from_client and (count == 0 or last_delta + 1 != count):
         code = ERR_LAST_OFFSET_DELTA
-    elif attributes & CODEC_MASK:
+    elif attributes & bf.CODEC_MASK:
         code = COMPRESSED
-    elif count < 0 or count > (size - HEADER_SIZE) // MIN_RECORD_SIZE:
+    elif count < 0 or count > (size - bf.HEADER_SIZE) // bf.MIN_RECORD_SIZE:
         code = ERR_RECORD_COUNT
     if code:
         return code, pos, z, size, header_max_ts, last_delta, count, header_max_ts
-    create_time = not attributes & TIMESTAMP_TYPE_MASK
+    create_time = not attributes & bf.TIMESTAMP_TYPE_MASK
     err, err_pos, detail, records_max_ts = _k.check_records(
-        buf, pos + HEADER_SIZE, pos + size, count, _be64(buf, pos + BASE_TIMESTAMP_OFFSET), from_client,
-        check_ts and create_time, ts_low, ts_high, compact and not attributes & CONTROL_FLAG)
+        buf, pos + bf.HEADER_SIZE, pos + size, count, _be64(buf, pos + bf.BASE_TIMESTAMP_OFFSET), from_client,
+        check_ts and create_time, ts_low, ts_high, compact and not attributes & bf.CONTROL_FLAG)
     max_ts = records_max_ts if from_client and create_time else header_max_ts
     return np.int64(err), err_pos, detail, size, max_ts, last_delta, count, header_max_ts
 
 
-_NOT_PLAIN = CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG
+_NOT_PLAIN = bf.CODEC_MASK | bf.TIMESTAMP_TYPE_MASK | bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG
 _INT64_MIN = np.int64(-(1 << 63))
 _INT64_MAX = np.int64((1 << 63) - 1)
 
@@ -131,11 +112,11 @@ def check_plain(data, max_bytes, now_ms, before_max_ms, after_max_ms, compact): 
     """
     z = np.int64(0)
     n = len(data)
-    if n < HEADER_SIZE or before_max_ms < 0 or after_max_ms < 0:  # negative limits: the general path's arithmetic
+    if n < bf.HEADER_SIZE or before_max_ms < 0 or after_max_ms < 0:  # negative limits: the general path's arithmetic
         return z, z
-    attributes = np.int64(_be16(data, ATTRIBUTES_OFFSET))
-    if (LOG_OVERHEAD + np.int64(_be32(data, LENGTH_OFFSET)) != n or attributes & _NOT_PLAIN
-            or _be64(data, PRODUCER_ID_OFFSET) >= 0):
+    attributes = np.int64(_be16(data, bf.ATTRIBUTES_OFFSET))
+    if (bf.LOG_OVERHEAD + np.int64(_be32(data, bf.LENGTH_OFFSET)) != n or attributes & _NOT_PLAIN
+            or _be64(data, bf.PRODUCER_ID_OFFSET) >= 0):
         return z, z
     ts_low = _INT64_MIN if now_ms < _INT64_MIN + before_max_ms else now_ms - before_max_ms
     ts_high = _INT64_MAX if now_ms > _INT64_MAX - after_max_ms else now_ms + after_max_ms

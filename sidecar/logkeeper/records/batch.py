@@ -12,29 +12,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import BadMagicError, CrcMismatchError, LengthPastEndError, ShortBatchError
-from .batch_format import (
-    ATTRIBUTES_OFFSET,
-    CODEC_MASK,
-    CONTROL_FLAG,
-    CRC_OFFSET,
-    DELETE_HORIZON_FLAG,
-    HEADER_FORMAT,
-    HEADER_SIZE,
-    HEADER_SIZE_UP_TO_MAGIC,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    PARTITION_LEADER_EPOCH_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
+from . import batch_format as bf
 from .crc_kernels import HAVE_HW_CRC, crc32c_range
 
-HEADER = struct.Struct(HEADER_FORMAT)
-assert HEADER.size == HEADER_SIZE
+HEADER = struct.Struct(bf.HEADER_FORMAT)
+assert HEADER.size == bf.HEADER_SIZE
 
 _BE_INT64 = struct.Struct(">q")
 _BE_INT32 = struct.Struct(">i")
@@ -86,15 +68,15 @@ class BatchHeader(NamedTuple):
         a prefix of it (a header read from a file); it defaults to the rest of ``buf``.
         """
         remaining = len(buf) - pos if available is None else available
-        if remaining < HEADER_SIZE_UP_TO_MAGIC:
-            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {HEADER_SIZE}")
-        magic = buf[pos + MAGIC_OFFSET]
-        if magic != MAGIC:
-            raise BadMagicError(pos, f"magic {magic}, expected {MAGIC}")
-        if min(remaining, len(buf) - pos) < HEADER_SIZE:
-            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {HEADER_SIZE}")
+        if remaining < bf.HEADER_SIZE_UP_TO_MAGIC:
+            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {bf.HEADER_SIZE}")
+        magic = buf[pos + bf.MAGIC_OFFSET]
+        if magic != bf.MAGIC:
+            raise BadMagicError(pos, f"magic {magic}, expected {bf.MAGIC}")
+        if min(remaining, len(buf) - pos) < bf.HEADER_SIZE:
+            raise ShortBatchError(pos, f"{remaining} bytes left, a batch header needs {bf.HEADER_SIZE}")
         header = cls._make(HEADER.unpack_from(buf, pos))
-        if header.size < HEADER_SIZE:
+        if header.size < bf.HEADER_SIZE:
             raise ShortBatchError(pos, f"batch length {header.batch_length} is below the header size")
         if header.size > remaining:
             raise LengthPastEndError(pos, f"batch of {header.size} bytes, {remaining} bytes left")
@@ -105,7 +87,7 @@ class BatchHeader(NamedTuple):
 
     @property
     def size(self) -> int:
-        return LOG_OVERHEAD + self.batch_length
+        return bf.LOG_OVERHEAD + self.batch_length
 
     @property
     def last_offset(self) -> int:
@@ -117,23 +99,23 @@ class BatchHeader(NamedTuple):
 
     @property
     def codec(self) -> int:
-        return self.attributes & CODEC_MASK
+        return self.attributes & bf.CODEC_MASK
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType((self.attributes & TIMESTAMP_TYPE_MASK) >> 3)
+        return TimestampType((self.attributes & bf.TIMESTAMP_TYPE_MASK) >> 3)
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_FLAG)
+        return bool(self.attributes & bf.TRANSACTIONAL_FLAG)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_FLAG)
+        return bool(self.attributes & bf.CONTROL_FLAG)
 
     @property
     def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & DELETE_HORIZON_FLAG)
+        return bool(self.attributes & bf.DELETE_HORIZON_FLAG)
 
     @property
     def delete_horizon_ms(self) -> int | None:
@@ -141,17 +123,17 @@ class BatchHeader(NamedTuple):
 
     @property
     def has_producer_id(self) -> bool:
-        return self.producer_id > NO_PRODUCER_ID
+        return self.producer_id > bf.NO_PRODUCER_ID
 
     @property
     def last_sequence(self) -> int:
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
+        if self.base_sequence == bf.NO_SEQUENCE:
+            return bf.NO_SEQUENCE
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
-    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+    return crc32c(memoryview(buf)[pos + bf.ATTRIBUTES_OFFSET : pos + size])
 
 
 def crc_mismatch(pos: int, stored: int, computed: int) -> CrcMismatchError:
@@ -165,17 +147,17 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
-    _BE_INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    _BE_INT32.pack_into(buf, pos + bf.PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 def set_max_timestamp(buf: bytearray | memoryview, pos: int, size: int, max_timestamp_ms: int,
                       log_append_time: bool) -> None:
     """Set the batch's max timestamp (and the LogAppendTime bit when asked); new CRC."""
-    (attributes,) = _BE_INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    (attributes,) = _BE_INT16.unpack_from(buf, pos + bf.ATTRIBUTES_OFFSET)
     if log_append_time:
-        _BE_INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-    _BE_INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
-    _BE_UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+        _BE_INT16.pack_into(buf, pos + bf.ATTRIBUTES_OFFSET, attributes | bf.TIMESTAMP_TYPE_MASK)
+    _BE_INT64.pack_into(buf, pos + bf.MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
+    _BE_UINT32.pack_into(buf, pos + bf.CRC_OFFSET, compute_crc(buf, pos, size))
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, append_time_ms: int) -> None:

@@ -17,7 +17,7 @@ is set):
 | headers        |         | keyLength varint, UTF-8 key, valueLength varint (-1 = null), value |
 
 Control records (in batches with the control flag): key = version int16 (0) + type int16
-(0 ABORT, 1 COMMIT); a transaction marker's value = version int16 (0) + coordinatorEpoch int32.
+(0 ABORT, 1 COMMIT; control.py); a transaction marker's value = version int16 (0) + coordinatorEpoch int32.
 
 This builder loops over records in Python: it serves producers of test data, the HTTP JSON
 produce path and tools. Paths that rewrite many records (the cleaner) copy or re-encode record
@@ -28,33 +28,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from enum import IntEnum
 from typing import NamedTuple
 
+from . import batch_format as bf
 from .batch import HEADER, TimestampType, crc32c
-from .batch_format import (
-    CONTROL_FLAG,
-    DELETE_HORIZON_FLAG,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG,
-)
 from .compression import Codec, compress
+from .control import ControlType, control_key
 from .varint import encode_varint
 
 Headers = tuple[tuple[str, bytes | None], ...]
-
-
-class ControlType(IntEnum):
-    ABORT = 0
-    COMMIT = 1
 
 
 class Record(NamedTuple):
@@ -95,13 +77,13 @@ def build_batch(
     base_offset: int | None = None,
     codec: Codec = Codec.NONE,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    log_append_time_ms: int = NO_TIMESTAMP,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
+    log_append_time_ms: int = bf.NO_TIMESTAMP,
+    producer_id: int = bf.NO_PRODUCER_ID,
+    producer_epoch: int = bf.NO_PRODUCER_EPOCH,
+    base_sequence: int = bf.NO_SEQUENCE,
     is_transactional: bool = False,
     is_control: bool = False,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    partition_leader_epoch: int = bf.NO_PARTITION_LEADER_EPOCH,
     delete_horizon_ms: int | None = None,
 ) -> bytes:
     """Encode ``records`` (non-empty, increasing offsets) as one batch.
@@ -125,13 +107,13 @@ def build_batch(
     payload = bytes(body) if codec == Codec.NONE else compress(codec, body)
     attributes = int(codec)
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
+        attributes |= bf.TIMESTAMP_TYPE_MASK
     if is_transactional:
-        attributes |= TRANSACTIONAL_FLAG
+        attributes |= bf.TRANSACTIONAL_FLAG
     if is_control:
-        attributes |= CONTROL_FLAG
+        attributes |= bf.CONTROL_FLAG
     if delete_horizon_ms is not None:
-        attributes |= DELETE_HORIZON_FLAG
+        attributes |= bf.DELETE_HORIZON_FLAG
     return _assemble(
         payload, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
         attributes=attributes, last_offset_delta=records[-1].offset - base_offset,
@@ -144,28 +126,28 @@ def build_empty_batch(
     *,
     base_offset: int,
     last_offset: int,
-    max_timestamp: int = NO_TIMESTAMP,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
+    max_timestamp: int = bf.NO_TIMESTAMP,
+    producer_id: int = bf.NO_PRODUCER_ID,
+    producer_epoch: int = bf.NO_PRODUCER_EPOCH,
+    base_sequence: int = bf.NO_SEQUENCE,
     is_transactional: bool = False,
     is_control: bool = False,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    partition_leader_epoch: int = bf.NO_PARTITION_LEADER_EPOCH,
 ) -> bytes:
     """A header-only batch (recordCount 0, baseTimestamp -1) that keeps an offset range and a
     producer's sequence after compaction removed all of its records."""
     attributes = 0
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
+        attributes |= bf.TIMESTAMP_TYPE_MASK
     if is_transactional:
-        attributes |= TRANSACTIONAL_FLAG
+        attributes |= bf.TRANSACTIONAL_FLAG
     if is_control:
-        attributes |= CONTROL_FLAG
+        attributes |= bf.CONTROL_FLAG
     return _assemble(
         b"", base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
         attributes=attributes, last_offset_delta=last_offset - base_offset,
-        base_timestamp=NO_TIMESTAMP, max_timestamp=max_timestamp, producer_id=producer_id,
+        base_timestamp=bf.NO_TIMESTAMP, max_timestamp=max_timestamp, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=0,
     )
 
@@ -175,20 +157,16 @@ def _assemble(
     last_offset_delta: int, base_timestamp: int, max_timestamp: int, producer_id: int,
     producer_epoch: int, base_sequence: int, record_count: int,
 ) -> bytes:
-    size = HEADER_SIZE + len(payload)
+    size = bf.HEADER_SIZE + len(payload)
     out = bytearray(size)
     HEADER.pack_into(
-        out, 0, base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attributes,
+        out, 0, base_offset, size - bf.LOG_OVERHEAD, partition_leader_epoch, bf.MAGIC, 0, attributes,
         last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
         base_sequence, record_count,
     )
-    out[HEADER_SIZE:] = payload
+    out[bf.HEADER_SIZE:] = payload
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
     return bytes(out)
-
-
-def control_key(control_type: ControlType) -> bytes:
-    return struct.pack(">hh", 0, int(control_type))
 
 
 def build_marker_batch(
@@ -199,7 +177,7 @@ def build_marker_batch(
     producer_id: int,
     producer_epoch: int,
     coordinator_epoch: int = 0,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    partition_leader_epoch: int = bf.NO_PARTITION_LEADER_EPOCH,
 ) -> bytes:
     """A transaction marker: a control batch of one record, transactional, sequence -1."""
     value = struct.pack(">hi", 0, coordinator_epoch)

@@ -19,24 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aot import kernel
-from .batch_format import (
-    ATTRIBUTES_OFFSET,
-    BASE_SEQUENCE_OFFSET,
-    BASE_TIMESTAMP_OFFSET,
-    CRC_OFFSET,
-    HEADER_SIZE_UP_TO_MAGIC,
-    LAST_OFFSET_DELTA_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    MIN_BATCH_LENGTH,
-    PARTITION_LEADER_EPOCH_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORDS_COUNT_OFFSET,
-)
+from . import batch_format as bf
 
 # Stop reasons (mirrored by scan.ScanStop).
 STOP_END = 0
@@ -144,21 +127,21 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
         if remaining == 0:
             reason = STOP_END
             break
-        if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        if remaining < bf.HEADER_SIZE_UP_TO_MAGIC:
             reason = STOP_SHORT_TAIL
             break
-        batch_length = np.int64(_be32(buf, p + LENGTH_OFFSET))
-        if batch_length < MIN_BATCH_LENGTH:
+        batch_length = np.int64(_be32(buf, p + bf.LENGTH_OFFSET))
+        if batch_length < bf.MIN_BATCH_LENGTH:
             reason = STOP_BAD_SIZE
             break
-        if LOG_OVERHEAD + batch_length > remaining:
+        if bf.LOG_OVERHEAD + batch_length > remaining:
             reason = STOP_SHORT_TAIL
             break
-        if buf[p + MAGIC_OFFSET] != MAGIC:
+        if buf[p + bf.MAGIC_OFFSET] != bf.MAGIC:
             reason = STOP_BAD_MAGIC
             break
         n += 1
-        p += LOG_OVERHEAD + batch_length
+        p += bf.LOG_OVERHEAD + batch_length
     stop = p
 
     position = np.empty(n, np.int64)
@@ -179,21 +162,21 @@ def scan_kernel(buf, start, end, max_batches):  # type: ignore[no-untyped-def]
     # Pass 2: fill the columns.
     p = start
     for i in range(n):
-        s = LOG_OVERHEAD + np.int64(_be32(buf, p + LENGTH_OFFSET))
+        s = bf.LOG_OVERHEAD + np.int64(_be32(buf, p + bf.LENGTH_OFFSET))
         position[i] = p
         size[i] = s
         base_offset[i] = _be64(buf, p)
-        leader_epoch[i] = _be32(buf, p + PARTITION_LEADER_EPOCH_OFFSET)
-        magic[i] = np.int8(buf[p + MAGIC_OFFSET])
-        crc[i] = np.uint32(_be32(buf, p + CRC_OFFSET))
-        attributes[i] = _be16(buf, p + ATTRIBUTES_OFFSET)
-        last_offset_delta[i] = _be32(buf, p + LAST_OFFSET_DELTA_OFFSET)
-        base_timestamp[i] = _be64(buf, p + BASE_TIMESTAMP_OFFSET)
-        max_timestamp[i] = _be64(buf, p + MAX_TIMESTAMP_OFFSET)
-        producer_id[i] = _be64(buf, p + PRODUCER_ID_OFFSET)
-        producer_epoch[i] = _be16(buf, p + PRODUCER_EPOCH_OFFSET)
-        base_sequence[i] = _be32(buf, p + BASE_SEQUENCE_OFFSET)
-        record_count[i] = _be32(buf, p + RECORDS_COUNT_OFFSET)
+        leader_epoch[i] = _be32(buf, p + bf.PARTITION_LEADER_EPOCH_OFFSET)
+        magic[i] = np.int8(buf[p + bf.MAGIC_OFFSET])
+        crc[i] = np.uint32(_be32(buf, p + bf.CRC_OFFSET))
+        attributes[i] = _be16(buf, p + bf.ATTRIBUTES_OFFSET)
+        last_offset_delta[i] = _be32(buf, p + bf.LAST_OFFSET_DELTA_OFFSET)
+        base_timestamp[i] = _be64(buf, p + bf.BASE_TIMESTAMP_OFFSET)
+        max_timestamp[i] = _be64(buf, p + bf.MAX_TIMESTAMP_OFFSET)
+        producer_id[i] = _be64(buf, p + bf.PRODUCER_ID_OFFSET)
+        producer_epoch[i] = _be16(buf, p + bf.PRODUCER_EPOCH_OFFSET)
+        base_sequence[i] = _be32(buf, p + bf.BASE_SEQUENCE_OFFSET)
+        record_count[i] = _be32(buf, p + bf.RECORDS_COUNT_OFFSET)
         p += s
     return (
         position, size, base_offset, leader_epoch, magic, crc, attributes, last_offset_delta,
