@@ -3,8 +3,10 @@
     python -m logkeeper_operator.crdgen crds/            write crds/<plural>.logkeeper.io.yaml
     python -m logkeeper_operator.crdgen --check crds/    exit 1 when a file differs (make crds-check)
 
-The LogVolume's spec schema, with its settings and CEL rules, is schemas.py's; this module adds
-the CleanerPolicy's and the CompactionJob's, the status schemas, printer columns and names.
+The LogVolume's spec schema, with its settings and CEL rules, is schemas.py's; its status schema
+is generated from the status model's typed dicts (status.py's LogVolumeStatus, whose parser reads
+the sidecar's /v1/status contract, logkeeper/server/status_schema.py). This module adds the
+CleanerPolicy's and the CompactionJob's spec and status schemas, printer columns and names.
 """
 
 from __future__ import annotations
@@ -18,48 +20,23 @@ from typing import Any
 import yaml
 
 from logkeeper.server.config import MAX_PARTITIONS_PER_TOPIC
+from logkeeper.server.status_schema import schema_of
 
 from .compaction import PHASES
 from .names import CLEANERPOLICY, COMPACTIONJOB, GROUP, LOGVOLUME, PLURALS, SHORT_NAMES, VERSION
 from .schemas import LOGVOLUME_NAME, TOPIC_NAME_PATTERN, Schema, cleaner_settings, logvolume_spec, rule
 from .spec import SPARK_MODES
+from .status import LogVolumeStatus
 
 
 def _conditions() -> Schema:
-    return {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
-            "items": {"type": "object", "required": ["type", "status"], "properties": {
-                "type": {"type": "string"}, "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "reason": {"type": "string"}, "message": {"type": "string"},
-                "lastTransitionTime": {"type": "string", "format": "date-time"}}}}
-
-
-def _free_list(description: str) -> Schema:
-    return {"type": "array", "description": description,
-            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    conditions: Schema = logvolume_status()["properties"]["conditions"]  # status.py's Conditions, for every kind
+    return conditions
 
 
 def logvolume_status() -> Schema:
-    return {"type": "object", "properties": {
-        "observedGeneration": {"type": "integer", "format": "int64"},
-        "conditions": _conditions(),
-        "lastSeenTime": {"type": "string", "format": "date-time",
-                         "description": "When the sidecar last answered /v1/status; while it does not, Ready is "
-                                        "Unknown (SidecarUnreachable) and the rest of the status is from then."},
-        "cleaningState": {"type": "string"},
-        "summary": {"type": "object", "properties": {
-            "partitions": {"type": "integer"}, "compacted": {"type": "integer"}, "cleaning": {"type": "integer"},
-            "maxDirtyRatio": {"type": "string"}, "backlogs": {"type": "integer"},
-            "offlineDirs": {"type": "integer"}, "offlinePartitions": {"type": "integer"},
-            "uncleanable": {"type": "integer"},
-            "sizeBytes": {"type": "integer", "format": "int64"}}},
-        "partitions": _free_list("Per partition: size, offsets, dirty ratio, cleaning state, last round."),
-        "partitionsTruncated": {"type": "boolean"},
-        "offlineDirs": _free_list("Log directories taken offline after an I/O error."),
-        "offlinePartitions": _free_list("Partitions that exist but cannot be served (their directory is offline, "
-                                        "or they have a copy in two), with the repair to make."),
-        "uncleanablePartitions": _free_list("Partitions whose cleaning failed, with the reason."),
-        "backlogs": _free_list("Compaction backlogs the sidecar reported."),
-    }}
+    """The LogVolume's status schema, generated from the status model's typed dicts (status.py)."""
+    return schema_of(LogVolumeStatus, crd=True)
 
 
 def _column(name: str, path: str, typ: str = "string", priority: int = 0, description: str = "") -> Schema:

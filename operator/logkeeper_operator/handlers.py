@@ -18,6 +18,7 @@ most MAX_RETRIES times otherwise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -48,7 +49,7 @@ def _post(body: Any, evs: list[Event]) -> None:
     events.post(kube(), body, evs)
 
 
-def _set_status(patch: kopf.Patch, status: dict[str, Any]) -> None:
+def _set_status(patch: kopf.Patch, status: Mapping[str, Any]) -> None:
     for key, value in status.items():
         patch.status[key] = value
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from logkeeper.server.status_schema import Status
+
 from . import builders, tokens
 from .k8s import Kube
 from .names import (
@@ -43,7 +45,7 @@ from .spec import (
     parse_cleaner,
     parse_logvolume,
 )
-from .status import Event, PodState, build_status, condition, invalid_status, merge_conditions
+from .status import Event, LogVolumeStatus, PodState, build_status, condition, invalid_status, merge_conditions
 from .times import now_iso
 
 log = logging.getLogger(__name__)
@@ -142,7 +144,7 @@ def operator_namespace() -> str | None:
         return None
 
 
-def reconciling_status(body: Mapping[str, Any], now: str) -> tuple[dict[str, Any], list[Event]]:
+def reconciling_status(body: Mapping[str, Any], now: str) -> tuple[LogVolumeStatus, list[Event]]:
     """After a successful apply: clear a blocking Ready=False (the timer fills in the rest)."""
     st = body.get("status") or {}
     gen = body["metadata"].get("generation")
@@ -153,7 +155,7 @@ def reconciling_status(body: Mapping[str, Any], now: str) -> tuple[dict[str, Any
     return {"observedGeneration": gen}, []
 
 
-def failure_status(body: Mapping[str, Any], message: str, reason: str, now: str) -> tuple[dict[str, Any], list[Event]]:
+def failure_status(body: Mapping[str, Any], message: str, reason: str, now: str) -> tuple[LogVolumeStatus, list[Event]]:
     st = body.get("status") or {}
     return invalid_status(message, body["metadata"].get("generation"), st.get("conditions"), now, reason)
 
@@ -202,10 +204,10 @@ def sync_topics(client: SidecarClient, spec: LogVolumeSpec) -> list[str]:
 
 @dataclass
 class PollResult:
-    status: dict[str, Any]
+    status: LogVolumeStatus
     events: list[Event] = field(default_factory=list)
     spec: LogVolumeSpec | None = None
-    sidecar: dict[str, Any] | None = None  # its /v1/status document, when it answered
+    sidecar: Status | None = None  # its /v1/status document, when it answered
 
 
 def is_blocked(body: Mapping[str, Any]) -> bool:

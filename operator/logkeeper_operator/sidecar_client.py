@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
+
+from logkeeper.server.status_schema import Status
 
 TIMEOUT_S = 10.0
 
@@ -59,11 +61,13 @@ class SidecarClient:
             raise SidecarError(0, str(getattr(e, "reason", e))) from None
         return json.loads(raw) if raw else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
+        """The sidecar's /v1/status, of its contract's shape (a sidecar of another version may
+        lack keys: the readers use .get)."""
         doc = self._call("GET", "/v1/status")
         if not isinstance(doc, dict):
             raise SidecarError(200, "/v1/status did not answer an object")
-        return doc
+        return cast(Status, doc)
 
     def topics(self) -> list[dict[str, Any]]:
         doc = self._call("GET", "/v1/topics")

@@ -7,7 +7,7 @@
 - topic_store.py   configs of topics created through the API, kept in every log directory
 - service.py       Sidecar: start (recovery), shutdown, topics, produce, fetch, offsets
 - cleaning.py      pause, resume and clean-now of a partition; the last round of each partition
-- status.py        the /v1/status document
+- status.py        the /v1/status document; status_schema.py: its typed contract (and the schema generator)
 - metrics.py       /metrics with Kafka's metric names (JMX name -> Prometheus name mapping)
 - record_json.py   records as JSON (produce bodies, fetched records)
 - params.py        request parameter parsing; errors.py: failures -> HTTP status and error code

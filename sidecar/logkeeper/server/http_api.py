@@ -65,6 +65,7 @@ from .params import (
 from .record_json import ENCODINGS, JSON_FETCH_MAX_BYTES, parse_produce_body, records_to_json
 from .service import Sidecar
 from .status import build_status
+from .status_schema import Status
 
 T = TypeVar("T")
 DEFAULT_FETCH_BYTES = 1024 * 1024
@@ -86,7 +87,7 @@ class Api:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
 
-    def _status_or_none(self) -> dict[str, Any] | None:
+    def _status_or_none(self) -> Status | None:
         return build_status(self.sidecar) if self.sidecar.ready else None
 
     async def _small_body(self, request: web.Request) -> bytes:

@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .status_schema import LogDirStatus, OfflinePartition, PartitionStatus, Status
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -74,7 +76,8 @@ PER_DIR_CLEANER_GAUGES = (
     ("uncleanable-partitions-count", "Partitions marked uncleanable in the directory"),
     ("uncleanable-bytes", "Cleanable bytes of the directory's uncleanable partitions"),
 )
-LOG_GAUGES = (
+_LogFigure = Literal["size_bytes", "segments", "log_start_offset", "log_end_offset"]  # PartitionStatus's keys
+LOG_GAUGES: tuple[tuple[str, _LogFigure, str], ...] = (
     ("Size", "size_bytes", "Bytes of the partition's segments"),
     ("NumLogSegments", "segments", "Segments of the partition"),
     ("LogStartOffset", "log_start_offset", "First offset readers may see"),
@@ -85,7 +88,7 @@ LOG_GAUGES = (
 class SidecarCollector(Collector):
     """Yields every family from one status snapshot (``snapshot()``: build_status, or None when not ready)."""
 
-    def __init__(self, snapshot: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(self, snapshot: Callable[[], Status | None]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Any]:
@@ -101,7 +104,7 @@ class SidecarCollector(Collector):
         yield self._offline(status["offline_partitions"])
 
     @staticmethod
-    def _offline(parts: list[dict[str, Any]]) -> Any:
+    def _offline(parts: list[OfflinePartition]) -> Any:
         g = GaugeMetricFamily("logkeeper_partition_offline", "1 for a partition that exists but cannot be served "
                               "(its log directory failed, or it has a copy in two)",
                               labels=["topic", "partition", "logDirectory"])
@@ -125,7 +128,7 @@ class SidecarCollector(Collector):
         yield rounds
 
     @staticmethod
-    def _dirs(dirs: list[dict[str, Any]]) -> Iterator[Any]:
+    def _dirs(dirs: list[LogDirStatus]) -> Iterator[Any]:
         offline = _gauge("log", "LogManager", "OfflineLogDirectoryCount", "Offline log directories")
         offline.add_metric([], float(sum(1 for d in dirs if not d["online"])))
         yield offline
@@ -143,7 +146,7 @@ class SidecarCollector(Collector):
         yield from (each, size, usable)
 
     @staticmethod
-    def _partitions(parts: list[dict[str, Any]]) -> Iterator[Any]:
+    def _partitions(parts: list[PartitionStatus]) -> Iterator[Any]:
         labels = ["topic", "partition"]
         for name, key, doc in LOG_GAUGES:
             g = _gauge("log", "Log", name, doc, labels)
@@ -176,7 +179,7 @@ class SidecarCollector(Collector):
 class Metrics:
     """The registry: the sidecar's collector, HTTP request metrics and the process collector."""
 
-    def __init__(self, snapshot: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(self, snapshot: Callable[[], Status | None]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(snapshot))
         ProcessCollector(registry=self.registry)

@@ -1,8 +1,10 @@
 """The OpenAPI 3.0 document of the HTTP API, served at ``/openapi.json``.
 
-Hand-written next to the handlers (http_api.py), with two parts derived rather than repeated:
-the topic config schema comes from ``TOPIC_SETTINGS`` (each key, its type and doc), and the
-bounds that are settings (max_bytes of a fetch) come from the sidecar's settings. A unit test
+Hand-written next to the handlers (http_api.py), with three parts derived rather than repeated:
+the topic config schema comes from ``TOPIC_SETTINGS`` (each key, its type and doc), the bounds
+that are settings (max_bytes of a fetch) come from the sidecar's settings, and the /v1/status
+document's schemas (Status, LogDirStatus, PartitionStatus, Uncleanable, OfflinePartition) from its
+typed contract (status_schema.py). A unit test
 checks that every route of the app is described and every described operation is routed, and
 the fuzz test (tests/behaviour/test_sidecar_fuzz.py) checks responses against this document.
 """
@@ -14,6 +16,7 @@ from typing import Any
 from ..log.log_config import TOPIC_SETTINGS
 from .config import MAX_PARTITIONS_PER_TOPIC, SidecarSettings
 from .record_json import JSON_FETCH_MAX_BYTES, MAX_RECORDS
+from .status_schema import STATUS_TYPES, schema_of
 
 BATCH = "application/vnd.kafka.batch"
 JSON = "application/json"
@@ -111,8 +114,6 @@ def _schemas() -> dict[str, Schema]:
         "Partition": _obj({"topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR,
                            "size_bytes": INT, "segments": {"type": "integer"}, **offsets, **offline_why},
                           ["topic", "partition", "state", "log_dir"]),
-        "OfflinePartition": _obj({"topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR,
-                                  **offline_why}),
         "PartitionList": _obj({"partitions": {"type": "array", "items": _ref("Partition")}}),
         "Offsets": _obj({"topic": STR, "partition": {"type": "integer"}, **offsets}),
         "ProduceRecord": _obj({
@@ -150,29 +151,6 @@ def _schemas() -> dict[str, Schema]:
                              "cleaned": {**BOOL, "description": "False when the dirty section was empty"},
                              "round": {"allOf": [_ref("Round")], "nullable": True},
                              "elapsed_secs": NUM}),
-        "LogDirStatus": _obj({"path": STR, "online": BOOL, "error": NSTR, "partitions": {"type": "integer"},
-                              "size_bytes": INT, "total_bytes": NINT, "usable_bytes": NINT,
-                              "stray": {"type": "array", "items": STR}}),
-        "PartitionStatus": _obj({
-            "topic": STR, "partition": {"type": "integer"}, **state, "log_dir": STR, "size_bytes": INT,
-            "segments": {"type": "integer"}, **offsets, "compacted": BOOL,
-            "cleaner_checkpoint": NINT,
-            "dirty_ratio": {"type": "number", "nullable": True,
-                            "description": "Cleanable / (clean + cleanable) bytes; null unless compacted"},
-            "cleanable_bytes": NINT,
-            "cleaning_state": STR,
-            "last_round": {"allOf": [_ref("Round")], "nullable": True},
-            "uncleanable": {"type": "object", "nullable": True, "additionalProperties": False,
-                            "required": ["reason", "failures", "retry_at_ms"],
-                            "properties": {"reason": STR, "failures": {"type": "integer"}, "retry_at_ms": INT}},
-            "backlog": BOOL,
-            "backlog_detail": {"type": "object", "nullable": True},
-            "offload": {"allOf": [_ref("Offload")], "nullable": True,
-                        "description": "The hand-off of the backlog to a Spark job, when it had one"},
-            "error": STR}, required=["topic", "partition", "state", "log_dir", "size_bytes", "segments", *offsets,
-                                     "compacted", "cleaner_checkpoint", "dirty_ratio", "cleanable_bytes",
-                                     "cleaning_state", "last_round", "uncleanable", "backlog", "backlog_detail",
-                                     "offload"]),
         "Offload": _obj({
             "state": {**STR, "enum": ["idle", "running", "waiting-for-job", "swapping", "done", "failed"],
                       "description": "The hand-off's step (cleaner/offload.py)"},
@@ -181,14 +159,7 @@ def _schemas() -> dict[str, Schema]:
             "retry_at_ms": INT, "result": {"type": "object"},
             "previous": {"type": "object", "description": "The verdict of the partition's attempt before this one "
                                                           "(attempt, state, reason, finished_ms, result), if any"}}),
-        "Status": _obj({
-            "ready": BOOL,
-            "log_dirs": {"type": "array", "items": _ref("LogDirStatus")},
-            "partitions": {"type": "array", "items": _ref("PartitionStatus")},
-            "offline_partitions": {"type": "array", "items": _ref("OfflinePartition")},
-            "cleaner": {"type": "object", "description": "Kafka's cleaner metrics by name (max-buffer-utilization-"
-                                                         "percent, ...), uncleanable, backlogs, states, rounds, "
-                                                         "threads, alive_threads"}}),
+        **{cls.__name__: schema_of(cls, refs=True) for cls in STATUS_TYPES},  # the contract (status_schema.py)
     }
 
 

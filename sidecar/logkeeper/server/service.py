@@ -48,6 +48,7 @@ from .cleaning import CleaningControl, RoundLog
 from .config import MAX_PARTITIONS_PER_TOPIC, SidecarConfig
 from .errors import BadRequestError, NotReadyError, TopicExistsError, TopicNotFoundError
 from .record_json import records_to_json
+from .status_schema import OfflinePartition
 from .topic_store import TopicStore
 
 log = logging.getLogger(__name__)
@@ -221,11 +222,11 @@ class Sidecar:
             raise UnknownPartitionError(f"no log for partition {tp}")
         return lg
 
-    def offline_partitions(self, topic: str | None = None) -> list[dict[str, Any]]:
+    def offline_partitions(self, topic: str | None = None) -> list[OfflinePartition]:
         """The known partitions that cannot be served (of one topic, or all), as listed by the
         status and the partitions endpoint."""
-        return [{"topic": tp.topic, "partition": tp.partition, "state": "offline", "log_dir": str(o.log_dir.path),
-                 "paths": list(o.paths), "error": o.reason}
+        return [OfflinePartition(topic=tp.topic, partition=tp.partition, state="offline",
+                                 log_dir=str(o.log_dir.path), paths=list(o.paths), error=o.reason)
                 for tp, o in sorted(self.manager.offline_partitions().items(),
                                     key=lambda x: (x[0].topic, x[0].partition))
                 if topic is None or tp.topic == topic]
@@ -383,7 +384,7 @@ class Sidecar:
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         logs = self.manager.logs_by_topic(topic)
-        offline = self.offline_partitions(topic)
+        offline: list[dict[str, Any]] = [dict(o) for o in self.offline_partitions(topic)]
         with self._topic_lock:
             known = topic in self._overrides
         if not logs and not offline and not known:

@@ -1,14 +1,9 @@
-"""``/v1/status``: what the operator copies into the resource's status, as one JSON document.
+"""``/v1/status``: what the operator copies into the resource's status, as one JSON document of
+the typed shape ``Status`` (status_schema.py: the contract, from which the OpenAPI document's
+schemas and the operator's parser come):
 
-    {"ready": true,
-     "log_dirs": [{"path", "online", "error", "partitions", "size_bytes", "total_bytes",
-                   "usable_bytes", "stray"}],
-     "partitions": [{"topic", "partition", "log_dir", "size_bytes", "segments",
-                     "log_start_offset", "log_end_offset", "last_stable_offset", "recovery_point",
-                     "compacted", "cleaner_checkpoint", "dirty_ratio", "cleanable_bytes",
-                     "cleaning_state", "last_round", "uncleanable", "backlog", "backlog_detail",
-                     "offload"}],
-     "offline_partitions": [{"topic", "partition", "state", "log_dir", "paths", "error"}],
+    {"ready", "log_dirs": [LogDirStatus], "partitions": [PartitionStatus],
+     "offline_partitions": [OfflinePartition],
      "cleaner": {Kafka's cleaner metrics by their names (cleaner/metrics.py), "threads", "alive_threads"}}
 
 Per partition: ``dirty_ratio`` is the cleaner's cleanable ratio (cleanable bytes / (clean +
@@ -34,9 +29,10 @@ from typing import Any
 from ..cleaner.selection import LogToClean, cleanable_offsets
 from ..cleaner.states import state_name
 from .service import Sidecar, offsets_of
+from .status_schema import LogDirStatus, PartitionStatus, Status
 
 
-def _dirty(entry: dict[str, Any], log: Any, checkpoint: int | None, now_ms: int) -> None:
+def _dirty(entry: PartitionStatus, log: Any, checkpoint: int | None, now_ms: int) -> None:
     offsets = cleanable_offsets(log, checkpoint, now_ms)
     ltc = LogToClean(log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
     ratio = ltc.cleanable_ratio
@@ -44,7 +40,7 @@ def _dirty(entry: dict[str, Any], log: Any, checkpoint: int | None, now_ms: int)
     entry["cleanable_bytes"] = ltc.cleanable_bytes
 
 
-def build_status(sidecar: Sidecar) -> dict[str, Any]:
+def build_status(sidecar: Sidecar) -> Status:
     manager, cleaner = sidecar.manager, sidecar.cleaner
     cm = cleaner.manager
     now = sidecar.clock_ms()
@@ -58,38 +54,38 @@ def build_status(sidecar: Sidecar) -> dict[str, Any]:
     uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
     partitions = []
     for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):
-        entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "state": "online",
-                                 "log_dir": str(d.path), "size_bytes": lg.size_in_bytes,
-                                 "segments": len(lg.segments), **offsets_of(lg),
-                                 "compacted": lg.config.compact, "cleaner_checkpoint": checkpoints.get(tp),
-                                 "dirty_ratio": None, "cleanable_bytes": None}
+        report = reports.get(tp)
+        u = uncleanable.get(tp)
+        backlog = backlogs.get(tp)
+        offsets = offsets_of(lg)
+        entry = PartitionStatus(
+            topic=tp.topic, partition=tp.partition, state="online", log_dir=str(d.path),
+            size_bytes=lg.size_in_bytes, segments=len(lg.segments),
+            log_start_offset=offsets["log_start_offset"], log_end_offset=offsets["log_end_offset"],
+            last_stable_offset=offsets["last_stable_offset"], recovery_point=offsets["recovery_point"],
+            compacted=lg.config.compact, cleaner_checkpoint=checkpoints.get(tp), dirty_ratio=None,
+            cleanable_bytes=None, cleaning_state=state_name(states.get(tp)),
+            last_round=report.to_dict() if report is not None else None,
+            uncleanable={"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
+            backlog=backlog is not None,
+            backlog_detail=backlog.to_dict() if backlog is not None else None,
+            offload=offloads.get(str(tp)))
         if lg.config.compact:
             try:
                 _dirty(entry, lg, checkpoints.get(tp), now)
             except (ValueError, RuntimeError, OSError) as e:  # the log closed or deleted meanwhile
                 entry["error"] = f"{type(e).__name__}: {e}"
-        report = reports.get(tp)
-        u = uncleanable.get(tp)
-        backlog = backlogs.get(tp)
-        entry.update({
-            "cleaning_state": state_name(states.get(tp)),
-            "last_round": report.to_dict() if report is not None else None,
-            "uncleanable": {"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
-            "backlog": backlog is not None,
-            "backlog_detail": backlog.to_dict() if backlog is not None else None,
-            "offload": offloads.get(str(tp)),
-        })
         partitions.append(entry)
     workers = [t.worker for t in cleaner.threads] + sidecar.cleaning.manual_workers()
     metrics = cleaner.metrics(workers).to_dict()
     metrics["threads"] = len(cleaner.threads)
     metrics["alive_threads"] = sum(1 for t in cleaner.threads if t.is_alive())
-    return {
-        "ready": sidecar.ready,
-        "log_dirs": [{"path": s.path, "online": s.online, "error": s.error, "partitions": s.partitions,
-                      "size_bytes": s.size_bytes, "total_bytes": s.total_bytes, "usable_bytes": s.usable_bytes,
-                      "stray": list(s.stray)} for s in manager.dir_status()],
-        "partitions": partitions,
-        "offline_partitions": sidecar.offline_partitions(),
-        "cleaner": metrics,
-    }
+    return Status(
+        ready=sidecar.ready,
+        log_dirs=[LogDirStatus(path=s.path, online=s.online, error=s.error, partitions=s.partitions,
+                               size_bytes=s.size_bytes, total_bytes=s.total_bytes, usable_bytes=s.usable_bytes,
+                               stray=list(s.stray)) for s in manager.dir_status()],
+        partitions=partitions,
+        offline_partitions=sidecar.offline_partitions(),
+        cleaner=metrics,
+    )
