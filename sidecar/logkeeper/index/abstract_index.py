@@ -64,13 +64,18 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, ClassVar, Self
+from typing import BinaryIO, ClassVar, Generic, Self, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from logkeeper.errors import IndexOffsetOverflowError
 from logkeeper.fileio import pwrite_all
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes default
 INT32_MAX = 2**31 - 1
+_INT32 = struct.Struct(">i")
+EntryT = TypeVar("EntryT")
 # Kafka's "warm section": lookups near the end of the index (in-sync readers) only touch the last
 # 8 KiB of entries, keeping those pages hot in the page cache. See ``_search``.
 WARM_SECTION_BYTES = 8192
@@ -106,10 +111,13 @@ def _allocate(fd: int, start: int, end: int) -> None:
         os.posix_fallocate(fd, start, end - start)
 
 
-class AbstractIndex(ABC):
-    """An index of fixed-size entries in a memory-mapped file; subclasses define the entries."""
+class AbstractIndex(ABC, Generic[EntryT]):
+    """An index of fixed-size entries in a memory-mapped file; subclasses define the entries
+    (``EntryT``, read by ``_parse``), each holding its offset relative to the base offset as an
+    int32 at ``relative_offset_field``."""
 
     entry_size: ClassVar[int]
+    relative_offset_field: ClassVar[int]
 
     def __init__(
         self,
@@ -252,8 +260,31 @@ class AbstractIndex(ABC):
         """Raise CorruptIndexError (naming the file) when the index is obviously corrupt."""
 
     @abstractmethod
+    def _parse(self, n: int) -> EntryT:
+        """The n-th entry, read from the map (no checks)."""
+
+    def entry(self, n: int) -> EntryT:
+        """The n-th entry (0-based); IndexError outside ``0..entries-1``."""
+        with self._lock:
+            self._buffer()
+            self._check_entry_slot(n)
+            return self._parse(n)
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``; no effect past the last entry."""
+        with self._lock:
+            self._buffer()
+            kept = self._entries_below(offset - self._base_offset, _INT32, self.relative_offset_field)
+            self._set_entries(kept)
+
+    def _relative_offsets(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """``offsets - base_offset`` for a bulk append; IndexOffsetOverflowError naming the first
+        offset whose relative offset is not an int32."""
+        relative = offsets - self._base_offset
+        if int(relative.min()) < 0 or int(relative.max()) > INT32_MAX:
+            bad = int(offsets[np.flatnonzero((relative < 0) | (relative > INT32_MAX))[0]])
+            raise IndexOffsetOverflowError(bad, self._base_offset, str(self._path))
+        return relative
 
     def _append_packed(self, packed: bytes, count: int) -> None:
         """Write ``count`` already-checked entries after the last one (bulk rebuilds)."""

@@ -17,14 +17,13 @@ is, so a reader scans the .log forward from that position.
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from logkeeper.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
-from logkeeper.index.abstract_index import DEFAULT_MAX_INDEX_SIZE_BYTES, INT32_MAX, AbstractIndex
+from logkeeper.index.abstract_index import INT32_MAX, AbstractIndex
 
 ENTRY_SIZE = 8
 _ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -41,20 +40,12 @@ class OffsetPosition(NamedTuple):
     position: int
 
 
-class OffsetIndex(AbstractIndex):
+class OffsetIndex(AbstractIndex[OffsetPosition]):
     """A memory-mapped offset index; see the module docstring for the file format."""
 
     entry_size = ENTRY_SIZE
+    relative_offset_field = _OFFSET_FIELD
     _last_offset: int
-
-    def __init__(
-        self,
-        path: Path,
-        base_offset: int,
-        max_index_size: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
-        writable: bool = True,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
 
     # ----------------------------------------------------------------------------------------
     def _parse(self, n: int) -> OffsetPosition:
@@ -91,13 +82,6 @@ class OffsetIndex(AbstractIndex):
                 self._buffer()  # an empty but closed index still raises
                 return OffsetPosition(self._base_offset, 0)
             return self._parse(slot)
-
-    def entry(self, n: int) -> OffsetPosition:
-        """The n-th entry (0-based); IndexError outside ``0..entries-1``."""
-        with self._lock:
-            self._buffer()
-            self._check_entry_slot(n)
-            return self._parse(n)
 
     def fetch_upper_bound_offset(
         self, fetch_offset: OffsetPosition, fetch_size: int
@@ -161,7 +145,6 @@ class OffsetIndex(AbstractIndex):
         if len(offsets) == 0:
             return
         with self._lock:
-            relative = offsets - self._base_offset
             first = int(offsets[0])
             if self._entries != 0 and first <= self._last_offset:
                 raise InvalidOffsetError(
@@ -170,19 +153,10 @@ class OffsetIndex(AbstractIndex):
                 )
             if len(offsets) > 1 and bool(np.any(np.diff(offsets) <= 0)):
                 raise InvalidOffsetError(f"offsets appended to {self._path} are not increasing")
-            if int(relative.min()) < 0 or int(relative.max()) > INT32_MAX:
-                bad = int(offsets[np.flatnonzero((relative < 0) | (relative > INT32_MAX))[0]])
-                raise IndexOffsetOverflowError(bad, self._base_offset, str(self._path))
+            relative = self._relative_offsets(offsets)
             if int(positions.min()) < 0 or int(positions.max()) > INT32_MAX:
                 raise ValueError(f"positions for offset index {self._path} must be int32 >= 0")
             packed = np.empty(len(offsets), dtype=_NP_ENTRY)
             packed["relative"] = relative
             packed["position"] = positions
             self._append_packed(packed.tobytes(), len(offsets))
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``; no effect past the last entry."""
-        with self._lock:
-            self._buffer()
-            kept = self._entries_below(offset - self._base_offset, _INT32, _OFFSET_FIELD)
-            self._set_entries(kept)

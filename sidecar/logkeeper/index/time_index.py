@@ -20,14 +20,13 @@ Rules (Kafka's):
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from logkeeper.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
-from logkeeper.index.abstract_index import DEFAULT_MAX_INDEX_SIZE_BYTES, INT32_MAX, AbstractIndex
+from logkeeper.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from logkeeper.index.abstract_index import AbstractIndex
 
 ENTRY_SIZE = 12
 NO_TIMESTAMP = -1
@@ -47,20 +46,12 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-class TimeIndex(AbstractIndex):
+class TimeIndex(AbstractIndex[TimestampOffset]):
     """A memory-mapped time index; see the module docstring for the file format."""
 
     entry_size = ENTRY_SIZE
+    relative_offset_field = _OFFSET_FIELD
     _last_entry: TimestampOffset
-
-    def __init__(
-        self,
-        path: Path,
-        base_offset: int,
-        max_index_size: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
-        writable: bool = True,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
 
     # ----------------------------------------------------------------------------------------
     def _parse(self, n: int) -> TimestampOffset:
@@ -113,13 +104,6 @@ class TimeIndex(AbstractIndex):
                 self._buffer()  # an empty but closed index still raises
                 return TimestampOffset(NO_TIMESTAMP, self._base_offset)
             return self._parse(slot)
-
-    def entry(self, n: int) -> TimestampOffset:
-        """The n-th entry (0-based); IndexError outside ``0..entries-1``."""
-        with self._lock:
-            self._buffer()
-            self._check_entry_slot(n)
-            return self._parse(n)
 
     # ----------------------------------------------------------------------------------------
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
@@ -185,10 +169,7 @@ class TimeIndex(AbstractIndex):
             if (self._entries and int(offsets[0]) < last.offset) or (
                     len(offsets) > 1 and bool(np.any(np.diff(offsets) < 0))):
                 raise InvalidOffsetError(f"offsets appended to time index {self._path} go backwards")
-            relative = offsets - self._base_offset
-            if int(relative.min()) < 0 or int(relative.max()) > INT32_MAX:
-                bad = int(offsets[np.flatnonzero((relative < 0) | (relative > INT32_MAX))[0]])
-                raise IndexOffsetOverflowError(bad, self._base_offset, str(self._path))
+            relative = self._relative_offsets(offsets)
             if self._entries + len(timestamps) > self._max_entries - 1:
                 raise IndexFullError(
                     f"cannot append {len(timestamps)} entries to time index {self._path}: "
@@ -198,10 +179,3 @@ class TimeIndex(AbstractIndex):
             packed["timestamp"] = timestamps
             packed["relative"] = relative
             self._append_packed(packed.tobytes(), len(timestamps))
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``; no effect past the last entry."""
-        with self._lock:
-            self._buffer()
-            kept = self._entries_below(offset - self._base_offset, _INT32, _OFFSET_FIELD)
-            self._set_entries(kept)
