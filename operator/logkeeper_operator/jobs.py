@@ -246,6 +246,8 @@ def _with_conditions(st: Mapping[str, Any], out: dict[str, Any], phase: str, rea
 def _finish(st: Mapping[str, Any], out: dict[str, Any], step: Step, phase: str, events: list[Event],
             now_s: float | None = None) -> CompactionTick:
     out.update(phase=phase, message=step.message, completionTime=rfc3339(time.time() if now_s is None else now_s))
+    if st.get("progress") is not None:
+        out["progress"] = None  # the last one seen mid-stage: stale once the job ended
     return _with_conditions(st, out, phase, step.reason or phase, step.message, step, events)
 
 

@@ -210,6 +210,11 @@ def test_the_jobs_progress_is_in_the_compactionjobs_status(monkeypatch: pytest.M
     assert st["progress"] == {"stage": "rewrite", "tasksDone": 3, "tasksTotal": 6, "bytesDone": 410,
                               "bytesTotal": 1000, "bytesWritten": 300, "summary": "rewrite 3/6, 41%",
                               "sparkUI": "http://10.1.1.2:4040", "updatedTime": "1970-01-01T00:01:40Z"}
+    # finished: the last progress seen mid-stage would be stale ("rewrite 3/6" on a Succeeded job)
+    running.update(state="done", result={"bytes_read": 1000, "bytes_written": 300, "keys": 6})
+    periodic.compaction_pass(kube, ["ns"], now_s=102.0)
+    st = kube.objects[("CompactionJob", "ns", "cj")]["status"]
+    assert st["phase"] == "Succeeded" and "progress" not in st, st
     assert progress_status({}) is None and progress_status({"stage": "planning"}) == {
         "stage": "planning", "tasksDone": 0, "tasksTotal": 0, "bytesDone": 0, "bytesTotal": 0, "bytesWritten": 0,
         "summary": "planning"}
