@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from .config import OPERATOR_SETTINGS
-from .crdgen import all_crds, render
+from .crdgen import all_crds, render, write_or_check
 from .schemas import setting_schema
 
 Schema = dict[str, Any]
@@ -77,18 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("chart", help="the chart's directory (charts/logkeeper)")
     p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
-    stale = []
-    for path, text in generated(Path(args.chart)).items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        print("out of date (run make chart): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(generated(Path(args.chart)), args.check, "chart")
 
 
 if __name__ == "__main__":

@@ -183,27 +183,30 @@ def render(doc: Mapping[str, Any]) -> str:
     return HEADER + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False, width=120)
 
 
+def write_or_check(files: Mapping[Path, str], check: bool, make_target: str) -> int:
+    """Write the generated ``files``; with ``check``, write nothing and exit 1 (naming them and
+    ``make_target``) when one is missing or differs. The exit code of crdgen and chartgen."""
+    stale = []
+    for path, text in files.items():
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print(f"out of date (run make {make_target}): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m logkeeper_operator.crdgen")
     p.add_argument("out", nargs="+", help="directories to write (or check) the CRD files in")
     p.add_argument("--check", action="store_true", help="exit 1 when a file is missing or differs")
     args = p.parse_args(argv)
-    stale = []
-    for out in args.out:
-        folder = Path(out)
-        for name, doc in all_crds().items():
-            path = folder / name
-            text = render(doc)
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    stale.append(str(path))
-            else:
-                folder.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-    if stale:
-        print("out of date (run make crds): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    files = {Path(out) / name: render(doc) for out in args.out for name, doc in all_crds().items()}
+    return write_or_check(files, args.check, "crds")
 
 
 if __name__ == "__main__":

@@ -211,31 +211,28 @@ class CleanerManager:
     def done_cleaning(self, tp: TopicPartition, data_dir: Path, end_offset: int) -> None:
         """Save the checkpoint and leave in-progress; or, when aborted, become paused(1)."""
         with self._lock:
-            state = self._in_progress.get(tp)
-            if isinstance(state, InProgress):
-                self.update_checkpoints(data_dir, update=(tp, end_offset))
-                del self._in_progress[tp]
-            elif isinstance(state, Aborted):
-                self._in_progress[tp] = Paused(1)
-                self._paused_cond.notify_all()
-            elif state is None:
-                raise RuntimeError(f"state for partition {tp} should exist")
-            else:
-                raise RuntimeError(f"in-progress partition {tp} cannot be in {state} state")
+            self._leave_in_progress(tp, lambda: self.update_checkpoints(data_dir, update=(tp, end_offset)))
 
     def done_deleting(self, tps: Iterable[TopicPartition]) -> None:
         with self._lock:
             for tp in tps:
-                state = self._in_progress.get(tp)
-                if isinstance(state, InProgress):
-                    del self._in_progress[tp]
-                elif isinstance(state, Aborted):
-                    self._in_progress[tp] = Paused(1)
-                    self._paused_cond.notify_all()
-                elif state is None:
-                    raise RuntimeError(f"state for partition {tp} should exist")
-                else:
-                    raise RuntimeError(f"in-progress partition {tp} cannot be in {state} state")
+                self._leave_in_progress(tp)
+
+    def _leave_in_progress(self, tp: TopicPartition, on_success: Callable[[], None] | None = None) -> None:
+        """The end of a round on ``tp`` (lock held): in-progress -> none (after ``on_success``),
+        aborted -> paused(1)."""
+        state = self._in_progress.get(tp)
+        if isinstance(state, InProgress):
+            if on_success is not None:
+                on_success()
+            del self._in_progress[tp]
+        elif isinstance(state, Aborted):
+            self._in_progress[tp] = Paused(1)
+            self._paused_cond.notify_all()
+        elif state is None:
+            raise RuntimeError(f"state for partition {tp} should exist")
+        else:
+            raise RuntimeError(f"in-progress partition {tp} cannot be in {state} state")
 
     # ------------------------------------------------------------------ uncleanable partitions
     def mark_partition_uncleanable(self, data_dir: Path, tp: TopicPartition, reason: str = "") -> Uncleanable:

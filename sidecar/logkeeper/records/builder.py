@@ -105,18 +105,10 @@ def build_batch(
     else:
         max_timestamp = max(r.timestamp for r in records)
     payload = bytes(body) if codec == Codec.NONE else compress(codec, body)
-    attributes = int(codec)
-    if timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= bf.TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= bf.TRANSACTIONAL_FLAG
-    if is_control:
-        attributes |= bf.CONTROL_FLAG
-    if delete_horizon_ms is not None:
-        attributes |= bf.DELETE_HORIZON_FLAG
     return _assemble(
         payload, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-        attributes=attributes, last_offset_delta=records[-1].offset - base_offset,
+        attributes=_attributes(codec, timestamp_type, is_transactional, is_control, delete_horizon_ms is not None),
+        last_offset_delta=records[-1].offset - base_offset,
         base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=len(records),
     )
@@ -137,19 +129,21 @@ def build_empty_batch(
 ) -> bytes:
     """A header-only batch (recordCount 0, baseTimestamp -1) that keeps an offset range and a
     producer's sequence after compaction removed all of its records."""
-    attributes = 0
-    if timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= bf.TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= bf.TRANSACTIONAL_FLAG
-    if is_control:
-        attributes |= bf.CONTROL_FLAG
     return _assemble(
         b"", base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-        attributes=attributes, last_offset_delta=last_offset - base_offset,
+        attributes=_attributes(Codec.NONE, timestamp_type, is_transactional, is_control, False),
+        last_offset_delta=last_offset - base_offset,
         base_timestamp=bf.NO_TIMESTAMP, max_timestamp=max_timestamp, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=0,
     )
+
+
+def _attributes(codec: Codec, timestamp_type: TimestampType, is_transactional: bool, is_control: bool,
+                delete_horizon: bool) -> int:
+    """A batch's attributes field (batch_format.py's bits)."""
+    return (int(codec) | (bf.TIMESTAMP_TYPE_MASK if timestamp_type == TimestampType.LOG_APPEND_TIME else 0)
+            | (bf.TRANSACTIONAL_FLAG if is_transactional else 0) | (bf.CONTROL_FLAG if is_control else 0)
+            | (bf.DELETE_HORIZON_FLAG if delete_horizon else 0))
 
 
 def _assemble(
@@ -165,7 +159,7 @@ def _assemble(
         base_sequence, record_count,
     )
     out[bf.HEADER_SIZE:] = payload
-    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    struct.pack_into(">I", out, bf.CRC_OFFSET, crc32c(memoryview(out)[bf.ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 

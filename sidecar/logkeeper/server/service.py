@@ -234,6 +234,15 @@ class Sidecar:
     def _offline_numbers(self, topic: str) -> list[int]:
         return [tp.partition for tp in self.manager.offline_partitions() if tp.topic == topic]
 
+    def _known_topic(self, topic: str) -> tuple[list[Log], list[int]]:
+        """The topic's logs and offline partition numbers (the topic lock held);
+        TopicNotFoundError when it has neither and the API does not know it."""
+        logs = self.manager.logs_by_topic(topic)
+        offline = self._offline_numbers(topic)
+        if not logs and not offline and topic not in self._overrides:
+            raise TopicNotFoundError(f"unknown topic {topic!r}")
+        return logs, offline
+
     # ------------------------------------------------------------------ topics
     def topic_names(self) -> list[str]:
         manager = self.manager
@@ -245,10 +254,7 @@ class Sidecar:
     def describe_topic(self, topic: str) -> dict[str, Any]:
         manager = self.manager
         with self._topic_lock:
-            logs = manager.logs_by_topic(topic)
-            offline = self._offline_numbers(topic)
-            if not logs and not offline and topic not in self._overrides:
-                raise TopicNotFoundError(f"unknown topic {topic!r}")
+            logs, offline = self._known_topic(topic)
             overrides = dict(self._overrides.get(topic, {}))
         # offline partitions are listed apart: they exist (a client must not create them again)
         # but serve nothing until their directory is repaired
@@ -322,10 +328,7 @@ class Sidecar:
     def delete_topic(self, topic: str) -> None:
         manager = self.manager
         with self._topic_lock:
-            logs = manager.logs_by_topic(topic)
-            offline = self._offline_numbers(topic)
-            if not logs and not offline and topic not in self._overrides:
-                raise TopicNotFoundError(f"unknown topic {topic!r}")
+            logs, offline = self._known_topic(topic)
             if offline:  # deleting the rest would leave a topic half there when the dir comes back
                 manager.raise_if_offline(TopicPartition(topic, offline[0]))
             for lg in logs:
