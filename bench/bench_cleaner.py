@@ -25,7 +25,6 @@ run of this script:
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import io
 import os
@@ -44,6 +43,7 @@ from pathlib import Path
 import crc32c
 import numpy as np
 from numba import njit
+from side_by_side import command_and_date, machine
 
 from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
 from logkeeper.cleaner.offset_map import BYTES_PER_SLOT, SipHashOffsetMap
@@ -250,16 +250,6 @@ def baseline_clean(data: bytes, max_records: int) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def best(values: list[float]) -> float:
     return min(values)
 
@@ -380,10 +370,9 @@ def main() -> None:
         header = [
             "# bench_cleaner: logkeeper's log cleaner on W1 and W10",
             "",
-            f"- command: `{command.strip()}`",
-            f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-            f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
-            f"numpy {np.__version__}; load average at the end of the run "
+            *command_and_date(command),
+            f"- machine: {machine(f'numpy {np.__version__}', unknown=platform.processor() or 'unknown')}"
+            f"; load average at the end of the run "
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine: best of the repeats)",
             f"- host speed: {HOST_LOOP} took {speed_before:.2f} s before the run and {speed_after:.2f} s after it "
             "(this host's speed varies by 2x or more over hours: 0.25 s in its fast phases)",

@@ -46,7 +46,14 @@ from side_by_side import commit, machine_line, side_by_side_line, svg_bars  # no
 
 from logkeeper.log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT  # noqa: E402
 from logkeeper.log.names import TopicPartition  # noqa: E402
-from tests.kafka.kafka_harness import LOGKEEPER, Broker, CleanerRound, fetch_kafka, parse_cleaner_stats  # noqa: E402
+from tests.kafka.kafka_harness import (  # noqa: E402
+    LOGKEEPER,
+    Broker,
+    CleanerRound,
+    fetch_kafka,
+    parse_cleaner_stats,
+)
+from tests.kafka.kafka_harness import wait_for_round as kafka_wait_for_round  # noqa: E402
 from tests.kafka.workloads import replace_segments, set_checkpoint  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kafka_cleaner.md"
@@ -100,15 +107,9 @@ def make_log_dir(root: Path, n_segments: int, n_keys: int, segment_max: int, see
 
 
 def wait_for_round(broker: Broker, log_name: str, end: int) -> CleanerRound:
-    deadline = time.monotonic() + ROUND_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if broker.proc is None or broker.proc.poll() is not None:
-            break
-        text = broker.cleaner_log.read_text(errors="replace") if broker.cleaner_log.exists() else ""
-        rounds = [r for r in parse_cleaner_stats(text) if r.log == log_name and r.dirty_end == end]
-        if rounds:
-            return rounds[-1]
-        time.sleep(0.5)
+    found = kafka_wait_for_round(broker, log_name, end, ROUND_TIMEOUT_S)
+    if found is not None:
+        return found
     raise RuntimeError(f"no Kafka cleaner stats for {log_name} ending at {end}\n{broker.describe()}")
 
 

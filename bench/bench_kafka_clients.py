@@ -25,10 +25,7 @@ Run: ``.venv/bin/python bench/bench_kafka_clients.py [--records 1000000] [--roun
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.metadata
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -43,7 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from side_by_side import cpu_model  # noqa: E402
+from side_by_side import command_and_date, machine  # noqa: E402
 
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
@@ -114,10 +111,8 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
     return elapsed
 
 
-def machine() -> str:
-    cpu = cpu_model("unknown CPU")
-    return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, " \
-           f"confluent-kafka {importlib.metadata.version('confluent-kafka')} (librdkafka {ck.libversion()[0]})"
+def machine_with_client() -> str:
+    return machine(f"confluent-kafka {importlib.metadata.version('confluent-kafka')} (librdkafka {ck.libversion()[0]})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,9 +164,8 @@ def report(args: argparse.Namespace, command: str, names: list[str],
     lines = [
         "# bench_kafka_clients: the same Kafka client against the sidecar and against Apache Kafka",
         "",
-        f"- command: `{command}`",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {machine()}",
+        *command_and_date(command),
+        f"- machine: {machine_with_client()}",
         f"- load: {args.records:,} records of {record_bytes} bytes (16-byte key, {args.value_bytes}-byte value), "
         f"{args.partitions} partitions, no compression, linger.ms 5; median of {args.rounds} rounds, servers "
         "alternating; client and server on the same cores, loopback",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from side_by_side import cpu_model
+from side_by_side import machine, publish
 
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -104,11 +103,6 @@ def bench_recovery(tmp: Path, size_mb: int) -> dict[str, float]:
             "share": read_s / rec_s}
 
 
-def machine() -> str:
-    cpu = cpu_model("unknown")
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=20000)
@@ -130,7 +124,7 @@ def main() -> None:
         f"Command: `.venv/bin/python bench/bench_log.py --batches {args.batches} --rounds {args.rounds} "
         f"--recovery-mb {args.recovery_mb}`  ",
         f"Date: {datetime.date.today()}  ",
-        f"Machine: {machine()}",
+        f"Machine: {machine(unknown='unknown')}",
         "",
         "## Append: 16 KiB uncompressed batches (median of rounds, page cache, no fsync)",
         "",
@@ -154,11 +148,7 @@ def main() -> None:
         "(target >= 0.5x); best of 3, warm page cache.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    publish(lines, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from side_by_side import cpu_model
+from side_by_side import machine
 
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.scan import scan_batches
@@ -165,10 +164,8 @@ async def run_load(proc: SidecarProcess, args: argparse.Namespace) -> dict[str, 
     return {"produced": produced, "fetched": fetched, "samples": samples, "elapsed": elapsed}
 
 
-def machine() -> str:
-    cpu = cpu_model("unknown CPU")
-    return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, numpy {np.__version__}, " \
-           f"aiohttp {aiohttp.__version__}"
+def machine_with_libraries() -> str:
+    return machine(f"numpy {np.__version__}", f"aiohttp {aiohttp.__version__}")
 
 
 def report(args: argparse.Namespace, out: dict[str, Any], command: str) -> str:
@@ -183,7 +180,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], command: str) -> str:
         "",
         f"- command: `{command}`",
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {machine()}",
+        f"- machine: {machine_with_libraries()}",
         f"- load: {args.producers} producers (half JSON bodies, half record batch bytes) of {args.batch} keyed "
         f"records a request over {args.keys:,} keys, {args.readers} readers (fetches of up to 256 KiB, JSON and "
         f"batch bytes in turn), "

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from side_by_side import cpu_model
+from side_by_side import machine, publish
 
 from logkeeper.log.checkpoint import RECOVERY_POINT_CHECKPOINT
 from logkeeper.log.log_dir import CLEAN_SHUTDOWN_FILE
@@ -83,11 +82,6 @@ def time_startup(log_dir: Path, threads: int, segment_bytes: int, prepare: str) 
     return t1 - t0, t3 - t2, len(logs), recovered
 
 
-def machine() -> str:
-    cpu = cpu_model("unknown")
-    return f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, numpy {np.__version__}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=1000)
@@ -122,7 +116,7 @@ def main() -> None:
         f"- command: `.venv/bin/python bench/bench_startup.py --partitions {n} --segments {args.segments} "
         f"--segment-kb {args.segment_kb} --rounds {args.rounds}`",
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {machine()}",
+        f"- machine: {machine(f'numpy {np.__version__}', unknown='unknown')}",
         "",
         f"directory: {n} partitions x {args.segments} segments ({args.segment_kb} KiB segments, the last one "
         f"half full), {batches:,} batches of ~4 KiB, {size / 1e6:.0f} MB; built in {build_s:.1f} s. "
@@ -145,11 +139,7 @@ def main() -> None:
         "The shutdown after a recovery without checkpoint fsyncs every recovered segment: as in Kafka, "
         "loading leaves the recovery point where the checkpoint put it (0 here), and shutdown flushes "
         "up to the log end.", ""]
-    text = "\n".join(lines)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    publish(lines, Path(args.out))
 
 
 if __name__ == "__main__":

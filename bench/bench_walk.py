@@ -13,7 +13,6 @@ plus the numba compile cost, cold (empty cache) and warm (cache loaded), in fres
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import struct
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from side_by_side import command_and_date, machine
 
 from logkeeper.records.scan import first_crc_mismatch, scan_batches, walk_batches, walk_records
 
@@ -117,16 +117,6 @@ def compile_cost(sample: bytes) -> tuple[float, float]:
     return runs[0], runs[1]
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -210,10 +200,8 @@ def main() -> None:
     header = [
         "# bench_walk: record walk, kafka-python vs logkeeper.records.scan",
         "",
-        f"- command: `{command.strip()}`",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}",
+        *command_and_date(command),
+        f"- machine: {machine(f'numpy {np.__version__}', unknown=platform.processor() or 'unknown')}",
         "",
         "",
     ]

@@ -4,6 +4,7 @@ lines of a results file, and a bar plot of the ratios as SVG (no plotting librar
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import subprocess
@@ -42,6 +43,25 @@ def cpu_model(unknown: str = "unknown CPU") -> str:
     except OSError:
         pass
     return unknown
+
+
+def command_and_date(command: str) -> list[str]:
+    """A results file's command and date lines (UTC)."""
+    return [f"- command: `{command.strip()}`",
+            f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}"]
+
+
+def publish(lines: list[str], path: Path) -> None:
+    """Print a results file and write it to ``path``."""
+    text = "\n".join(lines)
+    print(text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def machine(*extra: str, unknown: str = "unknown CPU") -> str:
+    """A results file's machine line: nproc, the CPU, Python's version and ``extra`` (libraries')."""
+    return ", ".join([f"nproc {os.cpu_count()}", cpu_model(unknown), f"Python {platform.python_version()}", *extra])
 
 
 def machine_line() -> str:

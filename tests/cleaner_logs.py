@@ -21,6 +21,22 @@ from logkeeper.records.scan import headers_of, scan_batches, walk_records
 
 KV = tuple[bytes | None, bytes | None]
 
+START_MS = 1_700_000_000_000
+INT_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+RETENTION_MS = 86_400_000  # delete.retention.ms in Kafka's cleaner tests
+LARGE_TS = LONG_MAX - RETENTION_MS - 1  # a timestamp far ahead, as Kafka's LogCleanerTest uses
+
+
+class Clock:
+    """The cleaner tests' clock: it reads ``now``, which a test sets or moves."""
+
+    def __init__(self, now: int = START_MS) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
 
 @dataclass(frozen=True)
 class ReadRecord:

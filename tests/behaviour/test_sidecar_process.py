@@ -22,6 +22,7 @@ from logkeeper.records.compression import Codec
 from logkeeper.records.reader import read_records
 from logkeeper.server.process import SidecarClient, SidecarError, SidecarProcess
 from logkeeper.tools.verify import verify_path
+from tests.offload_process import wait_for
 
 BATCH = "application/vnd.kafka.batch"
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.3}
@@ -92,16 +93,6 @@ def test_raw_batch_round_trip(sidecar: SidecarProcess) -> None:
     assert data[8:] == raw[8:]  # the same batch, its base offset assigned
     assert [(r.offset, r.key, r.value) for r in read_records(data)] == [
         (produced["base_offset"] + i, b"key-%d" % i, b"value-%d" % i) for i in range(50)]
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def partition_status(c: SidecarClient, topic: str, partition: int) -> dict[str, Any]:

@@ -202,6 +202,14 @@ class PowerCutFS(mfusepy.Operations):
             raise mfusepy.FuseOSError(errno.ENOTDIR)
         return parent, name
 
+    def _entry(self, path: str) -> tuple[DirNode, str, Node]:
+        """The parent, name and node of an existing ``path`` (ENOENT otherwise)."""
+        parent, name = self._parent(path)
+        node = parent.entries.get(name)
+        if node is None:
+            raise mfusepy.FuseOSError(errno.ENOENT)
+        return parent, name, node
+
     def _node(self, path: str | None, fh: int | None) -> Node:
         if fh and fh in self.handles:
             return self.handles[fh]
@@ -310,10 +318,7 @@ class PowerCutFS(mfusepy.Operations):
     def rmdir(self, path: str) -> int:
         with self._mutex:
             self._check()
-            parent, name = self._parent(path)
-            node = parent.entries.get(name)
-            if node is None:
-                raise mfusepy.FuseOSError(errno.ENOENT)
+            parent, name, node = self._entry(path)
             if not isinstance(node, DirNode):
                 raise mfusepy.FuseOSError(errno.ENOTDIR)
             if node.entries:
@@ -397,10 +402,7 @@ class PowerCutFS(mfusepy.Operations):
     def unlink(self, path: str) -> int:
         with self._mutex:
             self._check()
-            parent, name = self._parent(path)
-            node = parent.entries.get(name)
-            if node is None:
-                raise mfusepy.FuseOSError(errno.ENOENT)
+            parent, name, node = self._entry(path)
             if isinstance(node, DirNode):
                 raise mfusepy.FuseOSError(errno.EISDIR)
             self._del_entry(parent, name)

@@ -469,3 +469,18 @@ def parse_cleaner_stats(text: str) -> list[CleanerRound]:
             end_messages=int(g[19].replace(",", "")), size_reduction_pct=_f(g[20]), fewer_messages_pct=_f(g[21]),
             text=m[0]))
     return out
+
+
+def wait_for_round(broker: Broker, log_name: str, end: int, timeout: float) -> CleanerRound | None:
+    """The broker's stats message for a round of ``log_name`` that cleaned up to ``end``; None when
+    none came within ``timeout`` seconds or the broker exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.proc is None or broker.proc.poll() is not None:
+            break
+        text = broker.cleaner_log.read_text(errors="replace") if broker.cleaner_log.exists() else ""
+        rounds = [r for r in parse_cleaner_stats(text) if r.log == log_name and r.dirty_end == end]
+        if rounds:
+            return rounds[-1]
+        time.sleep(0.5)
+    return None

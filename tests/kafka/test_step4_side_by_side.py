@@ -50,6 +50,7 @@ from tests.kafka.kafka_harness import (
     logkeeper_json,
     parse_cleaner_stats,
     run,
+    wait_for_round,
 )
 from tests.kafka.workloads import KV, WorkItem, append_workload, diff_kv, keyed_workload
 
@@ -85,15 +86,9 @@ def _segments(partition: Path) -> list[Path]:
 
 def _wait_for_round(broker: Broker, log_name: str, end: int, timeout: float = 180) -> CleanerRound:
     """The broker's stats message for a round of ``log_name`` that cleaned up to ``end``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if broker.proc is None or broker.proc.poll() is not None:
-            break
-        text = broker.cleaner_log.read_text(errors="replace") if broker.cleaner_log.exists() else ""
-        rounds = [r for r in parse_cleaner_stats(text) if r.log == log_name and r.dirty_end == end]
-        if rounds:
-            return rounds[-1]
-        time.sleep(0.5)
+    found = wait_for_round(broker, log_name, end, timeout)
+    if found is not None:
+        return found
     cleaner = broker.cleaner_log.read_text(errors="replace") if broker.cleaner_log.exists() else ""
     _fail(f"no cleaner stats message for {log_name} with dirty section ending at {end} within {timeout} s",
           f"log-cleaner.log:\n{cleaner[-4000:]}", broker.describe())

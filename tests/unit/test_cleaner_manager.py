@@ -16,18 +16,9 @@ from logkeeper.errors import LogCleaningAbortedError
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
-from tests.cleaner_logs import TxnProducer, append_kvs
+from tests.cleaner_logs import START_MS, Clock, TxnProducer, append_kvs
 
-START_MS = 1_700_000_000_000
 HOUR = 3_600_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

@@ -20,6 +20,10 @@ from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.compression import Codec
 from tests.cleaner_logs import (
+    INT_MAX,
+    LONG_MAX,
+    RETENTION_MS,
+    Clock,
     append_kvs,
     append_with_offsets,
     ensure_valid_segments,
@@ -28,20 +32,6 @@ from tests.cleaner_logs import (
     offsets_in_log,
     read_log,
 )
-
-START_MS = 1_700_000_000_000
-INT_MAX = (1 << 31) - 1
-LONG_MAX = (1 << 63) - 1
-RETENTION_MS = 86_400_000
-LARGE_TS = LONG_MAX - RETENTION_MS - 1
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

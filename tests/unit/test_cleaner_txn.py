@@ -17,6 +17,11 @@ from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.records.builder import ControlType, control_key
 from tests.cleaner_logs import (
+    INT_MAX,
+    LARGE_TS,
+    LONG_MAX,
+    RETENTION_MS,
+    Clock,
     TxnProducer,
     append_kvs,
     append_marker,
@@ -26,20 +31,6 @@ from tests.cleaner_logs import (
     log_batches,
     offsets_in_log,
 )
-
-START_MS = 1_700_000_000_000
-INT_MAX = (1 << 31) - 1
-LONG_MAX = (1 << 63) - 1
-RETENTION_MS = 86_400_000
-LARGE_TS = LONG_MAX - RETENTION_MS - 1
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
