@@ -17,6 +17,9 @@ bytes or the new ones, never a mix or nothing:
 4. the directory is fsynced: the rename is durable.
 
 ``fsync_dir``: fsync a directory (after a create, rename or unlink in it).
+
+``first_hole``, ``allocate_blocks``: where a sparse file's first hole is, and disk blocks behind a
+range of it (the indexes map only allocated blocks).
 """
 
 from __future__ import annotations
@@ -31,6 +34,26 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int, wri
     view = memoryview(data)
     while written < len(view):
         written += os.pwrite(fd, view[written:], position + written)
+
+
+def first_hole(fd: int, length: int) -> int:
+    """Where the first hole of the file starts (``length`` when it has none below ``length``).
+
+    A file system without hole reporting answers the file size: it is then taken as allocated.
+    """
+    try:
+        return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
+    except OSError:
+        return length
+
+
+def allocate_blocks(fd: int, start: int, end: int) -> None:
+    """Back ``[start, end)`` with disk blocks; OSError (ENOSPC, EIO, ...) when the disk cannot
+    (a store into a hole of a shared map would fault instead: index/abstract_index.py).
+
+    ``end`` never passes the file's length, so the file does not grow."""
+    if end > start:
+        os.posix_fallocate(fd, start, end - start)
 
 
 def fsync_dir(directory: Path | str) -> None:

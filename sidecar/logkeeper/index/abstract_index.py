@@ -70,14 +70,15 @@ import numpy as np
 import numpy.typing as npt
 
 from logkeeper.errors import IndexOffsetOverflowError
-from logkeeper.fileio import pwrite_all
+from logkeeper.fileio import allocate_blocks, first_hole, pwrite_all
+from logkeeper.index.search import entries_below, search
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes default
 INT32_MAX = 2**31 - 1
 _INT32 = struct.Struct(">i")
 EntryT = TypeVar("EntryT")
 # Kafka's "warm section": lookups near the end of the index (in-sync readers) only touch the last
-# 8 KiB of entries, keeping those pages hot in the page cache. See ``_search``.
+# 8 KiB of entries, keeping those pages hot in the page cache. See search.py.
 WARM_SECTION_BYTES = 8192
 # How far ahead of the entries a writable index allocates blocks: 16 pages, i.e. 8,192 offset
 # entries (32 MiB of log at the default index.interval.bytes) per fallocate and remap.
@@ -90,25 +91,6 @@ def _round_down(number: int, factor: int) -> int:
 
 def _round_up(number: int, factor: int) -> int:
     return factor * -(-number // factor)
-
-
-def _first_hole(fd: int, length: int) -> int:
-    """Where the first hole of the file starts (``length`` when it has none below ``length``).
-
-    A file system without hole reporting answers the file size: it is then taken as allocated.
-    """
-    try:
-        return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
-    except OSError:
-        return length
-
-
-def _allocate(fd: int, start: int, end: int) -> None:
-    """Back ``[start, end)`` with disk blocks; OSError (ENOSPC, EIO, ...) when the disk cannot.
-
-    ``end`` never passes the file's length, so the file does not grow."""
-    if end > start:
-        os.posix_fallocate(fd, start, end - start)
 
 
 class AbstractIndex(ABC, Generic[EntryT]):
@@ -168,13 +150,13 @@ class AbstractIndex(ABC, Generic[EntryT]):
                     length = _round_down(self._max_index_size, self.entry_size)
                     f.truncate(length)  # sparse: the blocks are allocated chunk by chunk
                     allocated = min(length, ALLOCATION_CHUNK_BYTES)
-                    _allocate(fd, 0, allocated)  # on a full disk, fail here rather than at an append
+                    allocate_blocks(fd, 0, allocated)  # on a full disk, fail here rather than at an append
                 else:
                     length = os.fstat(fd).st_size
                     allocated = length
-                    if _first_hole(fd, length) < length:
+                    if first_hole(fd, length) < length:
                         if self._writable:
-                            _allocate(fd, 0, length)
+                            allocate_blocks(fd, 0, length)
                         else:
                             self._copy = os.pread(fd, length, 0)
                             allocated = 0
@@ -229,7 +211,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
             target = min(length, _round_up(end, ALLOCATION_CHUNK_BYTES))
             if target < end:
                 raise ValueError(f"index {self._path} has {length} bytes, {end} are needed")
-            _allocate(fd, self._mapped, target)
+            allocate_blocks(fd, self._mapped, target)
             self._unmap()
             self._map(fd, target)
         finally:
@@ -495,69 +477,16 @@ class AbstractIndex(ABC, Generic[EntryT]):
             )
 
     def _search(self, target: int, field: struct.Struct, field_offset: int, upper: bool) -> int:
-        """Binary search over one field of the entries, as Kafka does it.
-
-        ``upper=False``: the slot of the largest entry <= target, or -1.
-        ``upper=True``: a slot of an entry >= target (Kafka's "smallest upper bound"), or -1.
-
-        Why a struct bisect and not numpy: ``np.searchsorted`` on an ``np.frombuffer`` view of the
-        map with a big-endian dtype (``>i4``/``>i8``) byte-swaps -- i.e. copies -- the whole
-        haystack first (numpy needs native byte order; the 12-byte time entries are also
-        misaligned), so a lookup costs O(n): ~500 us on a full 10 MiB index, against ~3 us for
-        ~20 ``unpack_from`` probes here. A numpy view would also export the map's buffer, making
-        ``mmap.close``/remap raise BufferError while any view is alive. ``unpack_from`` reads the
-        map in place and holds no export beyond each call.
-
-        Search range (Kafka's warm section): when the target is above the entry that starts the
-        last ``_warm_entries`` entries, only that section is searched, so in-sync lookups keep
-        touching the same few pages; otherwise the cold part is searched.
-        """
-        entries = self._entries
-        if entries == 0:
+        """search.py's bisect over one field of the entries (``upper``: a slot of an entry >=
+        target, else the largest entry <= target; -1 when none)."""
+        if self._entries == 0:
             return -1
-        buf = self._buffer()
-        size = self.entry_size
-        unpack = field.unpack_from
-        first_hot = max(0, entries - 1 - self._warm_entries)
-        key: int = unpack(buf, first_hot * size + field_offset)[0]
-        if key < target:
-            lo, hi = first_hot, entries - 1
-        else:
-            key = unpack(buf, field_offset)[0]
-            if key > target:
-                return 0 if upper else -1
-            lo, hi = 0, first_hot
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            key = unpack(buf, mid * size + field_offset)[0]
-            if key > target:
-                hi = mid - 1
-            elif key < target:
-                lo = mid
-            else:
-                return mid
-        if not upper:
-            return lo
-        return -1 if lo == entries - 1 else lo + 1
+        return search(self._buffer(), self._entries, self.entry_size, self._warm_entries, target, field,
+                      field_offset, upper)
 
     def _entries_below(self, target: int, field: struct.Struct, field_offset: int) -> int:
-        """How many leading entries have ``field < target`` (the entry count after truncate_to).
-
-        Kafka's rule: no entry <= target -> 0; an entry equal to target -> its slot; else the
-        largest lower bound's slot + 1. If several entries share the value (possible for time
-        index offsets), step back to the first so that every entry >= target goes.
-        """
-        slot = self._search(target, field, field_offset, upper=False)
-        if slot < 0:
+        """How many leading entries have ``field < target`` (the entry count after truncate_to)."""
+        if self._entries == 0:
             return 0
-        buf = self._buffer()
-        size = self.entry_size
-        key: int = field.unpack_from(buf, slot * size + field_offset)[0]
-        if key != target:
-            return slot + 1
-        while slot > 0:
-            key = field.unpack_from(buf, (slot - 1) * size + field_offset)[0]
-            if key != target:
-                break
-            slot -= 1
-        return slot
+        return entries_below(self._buffer(), self._entries, self.entry_size, self._warm_entries, target, field,
+                             field_offset)
