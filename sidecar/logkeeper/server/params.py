@@ -53,12 +53,7 @@ def parse_choice(raw: str | None, name: str, choices: Sequence[str], default: st
 
 
 def topic_partition(match_info: Mapping[str, str]) -> TopicPartition:
-    topic = match_info["topic"]
-    try:
-        names.validate_topic(topic)
-    except ValueError as e:
-        raise BadRequestError(str(e)) from None
-    return TopicPartition(topic, parse_int(match_info["partition"], "partition", maximum=INT32_MAX))
+    return TopicPartition(topic_name(match_info), parse_int(match_info["partition"], "partition", maximum=INT32_MAX))
 
 
 def topic_name(match_info: Mapping[str, str]) -> str:
