@@ -362,7 +362,7 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         env += [*spark_on_k8s.driver_env(),
                 {"name": spark_on_k8s.TEMPLATE_ENV, "value": spark_on_k8s.executor_template(
                     pod_security_context(), container_security_context(), data_volume, data_mount, pinned)}]
-    if conf:  # after the variables it names: Kubernetes expands $(POD_IP) from those defined before
+    if conf:
         env.append({"name": "PYSPARK_SUBMIT_ARGS", "value": spark_on_k8s.submit_args(conf)})
     container: Obj = {
         "name": SPARK_CONTAINER,

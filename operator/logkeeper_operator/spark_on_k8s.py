@@ -5,8 +5,9 @@ What the driver needs, given as Spark conf (PYSPARK_SUBMIT_ARGS; the user's ``sp
 wins key by key):
 
 - who it is: its pod's name (the executor pods are owned by it, so deleting the Job's pod - a
-  cancel, a timeout - deletes them too) and IP, from the downward API through Kubernetes' own
-  ``$(VAR)`` expansion of the environment; fixed driver and block manager ports (a
+  cancel, a timeout - deletes them too) and IP, from the downward API as POD_NAME and POD_IP,
+  which the driver turns into spark.kubernetes.driver.pod.name, spark.driver.host and
+  spark.driver.bindAddress (spark/on_k8s.py); fixed driver and block manager ports (a
   NetworkPolicy can name them);
 - the API server's CA and the service account's token (client mode reads neither by itself);
 - the executors' image (the Job's) and namespace, and how many: ``EXECUTORS`` by default.
@@ -46,7 +47,7 @@ _SA = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def driver_env() -> list[Obj]:
-    """The driver pod's name and IP (downward API), before the variables that expand them."""
+    """The driver pod's name and IP (downward API), read by logkeeper/spark/on_k8s.py."""
     return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
             for name, path in (("POD_NAME", "metadata.name"), ("POD_IP", "status.podIP"))]
 
@@ -55,9 +56,6 @@ def driver_conf(namespace: str, image: str, user_conf: Mapping[str, str]) -> dic
     """The driver's Spark conf: ours, then the user's over it."""
     ours = {
         "spark.kubernetes.namespace": namespace,
-        "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
-        "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.kubernetes.authenticate.caCertFile": f"{_SA}/ca.crt",

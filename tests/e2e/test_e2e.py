@@ -2,7 +2,8 @@
 crds/, helm install (the operator a Deployment of our image, in-cluster, under the chart's
 ServiceAccount and RBAC), kubectl apply a LogVolume on static local PVs; the StatefulSet's pod runs
 our sidecar image under Pod Security "restricted", kubelet runs its probes; records go through the
-Service; a backlog becomes a CompactionJob whose pod runs spark-compact in our image; the sidecar
+Service; a backlog becomes a CompactionJob whose pod runs spark-compact in our image, then one
+whose Spark executors are pods of our image (spec.spark.mode kubernetes); the sidecar
 container is killed and its pod deleted, with nothing lost; deletions leave nothing behind.
 Steps run in order (one cluster); each names what it checks.
 """
@@ -361,10 +362,14 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": SPARK_RBAC}))
     before = {c["metadata"]["name"]: c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]}
     uid = pod(kubectl)["metadata"]["uid"]
-    # 100m a executor: the node's 2 cores are mostly requested by the pods already there
+    # 100m a executor: the node's 2 cores are mostly requested by the pods already there. Spark
+    # watches its executors' pods with a watch list, which this node's etcd (Debian's 3.4) cannot
+    # serve (RequestWatchProgress): poll them instead, every 2 s (Spark's switch for such an etcd)
     kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=merge", "-p", json.dumps({"spec": {"spark": {
         "mode": "kubernetes", "serviceAccountName": SPARK_SA, "cooldownSeconds": 0,
-        "conf": {"spark.executor.instances": "2", "spark.kubernetes.executor.request.cores": "100m"}}}}))
+        "conf": {"spark.executor.instances": "2", "spark.kubernetes.executor.request.cores": "100m",
+                 "spark.kubernetes.executor.enableApiWatcher": "false",
+                 "spark.kubernetes.executor.apiPollingInterval": "2s"}}}}))
     wait_for(lambda: pod(kubectl)["metadata"]["uid"] != uid and sidecar_ready(kubectl)
              and condition(lv_json(kubectl), "Ready").get("status") == "True", 300,
              "the pod rolled for the new offload master, Ready", every_s=2)

@@ -135,14 +135,12 @@ def test_batch_job_kubernetes_mode_driver_and_executor_pods() -> None:
     assert pod["serviceAccountName"] == "spark" and "automountServiceAccountToken" not in pod
     assert pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]
     env = pod["containers"][0]["env"]
-    names = [e["name"] for e in env]
-    # Kubernetes expands $(POD_IP) only from variables defined before the one that names it
-    assert names.index("POD_IP") < names.index("PYSPARK_SUBMIT_ARGS") and names.index("POD_NAME") < names.index(
-        "PYSPARK_SUBMIT_ARGS")
     values = {e["name"]: e.get("value") for e in env}
+    # the driver reads its pod's IP and name (spark/on_k8s.py driver_conf)
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env if "valueFrom" in e} == {
+        "POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
     conf = dict(a.split("=", 1) for a in shlex.split(values["PYSPARK_SUBMIT_ARGS"])[:-1] if a != "--conf")
     assert conf["spark.executor.instances"] == "4"  # the user's conf wins over our default (2)
-    assert conf["spark.driver.host"] == "$(POD_IP)" and conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
     assert conf["spark.kubernetes.container.image"] == "img:1" and conf["spark.kubernetes.namespace"] == "ns"
     assert conf["spark.kubernetes.authenticate.oauthTokenFile"].endswith("/serviceaccount/token")
     # the executors' pod: restricted security, no token, the claim where the sidecar has it, pinned alike

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from logkeeper.errors import UsageError
-from logkeeper.spark.on_k8s import BACKEND, TEMPLATE_CONF, TEMPLATE_ENV, executor_command, template_conf
+from logkeeper.spark.on_k8s import BACKEND, TEMPLATE_CONF, TEMPLATE_ENV, driver_conf, executor_command
 
 SPARK_ENV = {
     "JAVA_HOME": "/jre", "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@10.1.0.5:7078",
@@ -42,15 +42,21 @@ def test_executor_outside_an_executor_pod_says_what_is_missing() -> None:
     assert run.returncode == 2 and "logkeeper executor: " in run.stderr and "missing SPARK_DRIVER_URL" in run.stderr
 
 
-def test_pod_template_written_for_a_k8s_master_only(tmp_path: Path) -> None:
+def test_driver_conf_for_a_k8s_master_only(tmp_path: Path) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"automountServiceAccountToken": False}}
-    env = {TEMPLATE_ENV: json.dumps(pod)}
-    conf = template_conf("k8s://https://10.0.0.1:443", {}, env, str(tmp_path))
-    assert json.loads(Path(conf[TEMPLATE_CONF]).read_text()) == pod
-    assert template_conf("local[2]", {}, env, str(tmp_path)) == {}
-    assert template_conf("k8s://https://h", {}, {}, str(tmp_path)) == {}
-    assert template_conf("k8s://https://h", {TEMPLATE_CONF: "/mine.yaml"}, env, str(tmp_path)) == {}  # the user's
+    env = {TEMPLATE_ENV: json.dumps(pod), "POD_IP": "10.1.0.5", "POD_NAME": "cj-a1-xyz"}
+    conf = driver_conf("k8s://https://10.0.0.1:443", {}, env, str(tmp_path))
+    assert json.loads(Path(conf.pop(TEMPLATE_CONF)).read_text()) == pod
+    assert conf == {"spark.driver.host": "10.1.0.5", "spark.driver.bindAddress": "10.1.0.5",
+                    "spark.kubernetes.driver.pod.name": "cj-a1-xyz"}
+    assert driver_conf("local[2]", {}, env, str(tmp_path)) == {}
+    assert driver_conf("k8s://https://h", {}, {"POD_IP": "1.2.3.4"}, str(tmp_path)) == {}  # not the operator's Job
+    mine = {TEMPLATE_CONF: "/mine.yaml", "spark.driver.host": "h", "spark.driver.bindAddress": "h",
+            "spark.kubernetes.driver.pod.name": "p"}
+    assert driver_conf("k8s://https://h", mine, env, str(tmp_path)) == {}  # the user's keys win
+    with pytest.raises(UsageError, match="POD_IP is empty"):
+        driver_conf("k8s://https://h", {}, {**env, "POD_IP": ""}, str(tmp_path))
     with pytest.raises(UsageError, match=TEMPLATE_ENV):
-        template_conf("k8s://https://h", {}, {TEMPLATE_ENV: "{not json"}, str(tmp_path))
+        driver_conf("k8s://https://h", {}, {**env, TEMPLATE_ENV: "{not json"}, str(tmp_path))
     with pytest.raises(UsageError, match="must be a Pod"):
-        template_conf("k8s://https://h", {}, {TEMPLATE_ENV: "[]"}, str(tmp_path))
+        driver_conf("k8s://https://h", {}, {**env, TEMPLATE_ENV: "[]"}, str(tmp_path))

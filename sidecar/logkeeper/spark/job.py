@@ -54,7 +54,7 @@ from ..cleaner.exact import ExactDecisions
 from .command import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
 from .extract import extract_keys
 from .manifest import SEGMENTS_DIR, InputSegment, Manifest, StagedFile, write_manifest
-from .on_k8s import template_conf
+from .on_k8s import driver_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
 from .progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
@@ -82,11 +82,14 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    conf = {**template_conf(master, conf or {}, os.environ), **(conf or {})}  # executors as pods (on_k8s.py)
+    conf = {**driver_conf(master, conf or {}, os.environ), **(conf or {})}  # executors as pods (on_k8s.py)
     for key, value in derived_conf(read_bytes, master, conf, under_submit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    got = spark.sparkContext.getConf()  # where executors reach the driver: the first thing to check when none does
+    print(f"spark-compact: Spark {spark.version}, master {spark.sparkContext.master}, driver "
+          f"{got.get('spark.driver.host', '?')}:{got.get('spark.driver.port', '?')}", file=sys.stderr, flush=True)
     if not (conf and "spark.sql.shuffle.partitions" in conf):
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 3 * spark.sparkContext.defaultParallelism)))
     return spark

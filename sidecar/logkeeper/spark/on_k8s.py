@@ -13,9 +13,10 @@ venv's interpreter (the driver sends its PYSPARK_PYTHON, the same path in the sa
 
 The operator describes the executors' pod - the security context of every pod it makes, the log
 volume's claim mounted where the sidecar has it, the node of the sidecar's pod when the claim is
-ReadWriteOnce - as a pod template in LOGKEEPER_EXECUTOR_POD_TEMPLATE (JSON); ``template_conf``
+ReadWriteOnce - as a pod template in LOGKEEPER_EXECUTOR_POD_TEMPLATE (JSON); ``driver_conf``
 writes it to a file for ``spark.kubernetes.executor.podTemplateFile`` (Spark reads the template
-from the driver's file system only).
+from the driver's file system only) and gives the driver its pod's IP (to bind and to advertise)
+and name.
 """
 
 from __future__ import annotations
@@ -94,21 +95,36 @@ def run_executor() -> int:
     return 1  # not reached
 
 
-def template_conf(master: str | None, conf: Mapping[str, str], env: Mapping[str, str],
-                  directory: str | None = None) -> dict[str, str]:
-    """``{spark.kubernetes.executor.podTemplateFile: FILE}`` for a k8s:// master when the operator
-    gave a template (LOGKEEPER_EXECUTOR_POD_TEMPLATE) and ``conf`` names no template of its own;
-    else nothing. The file goes to ``directory`` (default: the temporary directory, the Job's /tmp)."""
+def driver_conf(master: str | None, conf: Mapping[str, str], env: Mapping[str, str],
+                directory: str | None = None) -> dict[str, str]:
+    """For a k8s:// master with the driver in a pod the operator made: the driver's address and pod
+    name from POD_IP and POD_NAME (the downward API; the executors connect to that address, and
+    the driver's pod owns them), and the executors' pod template from
+    LOGKEEPER_EXECUTOR_POD_TEMPLATE written to a file in ``directory`` (default: the temporary
+    directory, the Job's /tmp) for spark.kubernetes.executor.podTemplateFile. A key ``conf``
+    already has is left to it; no k8s:// master or no template: nothing."""
     raw = env.get(TEMPLATE_ENV)
-    if not raw or master is None or not master.startswith("k8s://") or TEMPLATE_CONF in conf:
+    if not raw or master is None or not master.startswith("k8s://"):
         return {}
-    try:
-        template = json.loads(raw)
-    except ValueError as e:
-        raise UsageError(f"{TEMPLATE_ENV} is not JSON: {e}") from None
-    if not isinstance(template, dict) or template.get("kind") != "Pod":
-        raise UsageError(f"{TEMPLATE_ENV} must be a Pod (JSON object with kind Pod)")
-    fd, path = tempfile.mkstemp(prefix="executor-pod-", suffix=".json", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(template, f)
-    return {TEMPLATE_CONF: path}
+    out: dict[str, str] = {}
+    # Both the address the driver binds and the one it tells executors: Spark on Kubernetes may use
+    # the bind address as the driver's (spark.kubernetes.executor.useDriverPodIP), and with a bind
+    # address of 0.0.0.0 the e2e node's executors dialled 0.0.0.0:7078
+    for key, var in (("spark.driver.host", "POD_IP"), ("spark.driver.bindAddress", "POD_IP"),
+                     ("spark.kubernetes.driver.pod.name", "POD_NAME")):
+        if key not in conf:
+            if not env.get(var):
+                raise UsageError(f"{var} is empty: the driver's pod must set it from the downward API (for {key})")
+            out[key] = env[var]
+    if TEMPLATE_CONF not in conf:
+        try:
+            template = json.loads(raw)
+        except ValueError as e:
+            raise UsageError(f"{TEMPLATE_ENV} is not JSON: {e}") from None
+        if not isinstance(template, dict) or template.get("kind") != "Pod":
+            raise UsageError(f"{TEMPLATE_ENV} must be a Pod (JSON object with kind Pod)")
+        fd, path = tempfile.mkstemp(prefix="executor-pod-", suffix=".json", dir=directory)
+        with os.fdopen(fd, "w") as f:
+            json.dump(template, f)
+        out[TEMPLATE_CONF] = path
+    return out
