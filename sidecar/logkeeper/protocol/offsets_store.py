@@ -28,7 +28,7 @@ from ..log.names import TopicPartition
 from ..records.builder import Record, build_batch
 from ..records.reader import iter_batches
 from ..server.service import Sidecar
-from .messages import OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE
+from .group_messages import OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE
 from .primitives import MalformedError, Reader, Writer
 
 log = logging.getLogger(__name__)
