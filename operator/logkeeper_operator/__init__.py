@@ -17,7 +17,12 @@ Modules, one job each:
                  finalizer and cancelling, pruning); ``cancel`` runs in the cancel Job's pod.
 - ``k8s``        the Kubernetes client: server-side apply, create-if-absent, reads.
 - ``sidecar_client`` HTTP calls to a sidecar.
-- ``handlers``   the kopf change handlers (thin: parse -> build -> apply -> status).
+- ``handlers``   the kopf change handlers (thin: parse -> build -> apply -> status); ``reconcile``
+                 what they and the periodic passes do to LogVolumes (apply, status ticks).
+- ``spark_on_k8s`` the offload Job of spec.spark.mode kubernetes (the driver's pod, executors' template).
+- ``tokens``     the LogVolumes' bearer tokens, derived (the operator never reads their Secrets).
+- ``config``     the operator's own settings; ``chartgen`` the chart's generated parts from them.
+- ``__main__``   ``python -m logkeeper_operator``: run the operator (--http, --leader-election).
 - ``periodic``   the periodic passes outside kopf (status, drift repair, CompactionJobs).
 - ``leader``     leader election over a Lease; ``metrics`` /metrics, /healthz; ``events``
                  Kubernetes events; ``times`` RFC 3339.

@@ -1,7 +1,7 @@
-"""The CRDs under crds/, generated from the settings' single definitions (house rule 4).
+"""The CRDs under crds/, generated from the settings' single definitions (never edited by hand).
 
-    python -m logkeeper_operator.crdgen crds/            write crds/<plural>.logkeeper.io.yaml
-    python -m logkeeper_operator.crdgen --check crds/    exit 1 when a file differs (make crds-check)
+    python -m logkeeper_operator.crdgen crds/            write crds/<plural>.logkeeper.io.yaml (make crds)
+    python -m logkeeper_operator.crdgen --check crds/    exit 1 when a file differs (make chart checks)
 
 The LogVolume's spec schema, with its settings and CEL rules, is schemas.py's; its status schema
 is generated from the status model's typed dicts (status.py's LogVolumeStatus, whose parser reads

@@ -9,7 +9,7 @@ timers: kopf adds its finalizer to every object a timer watches, and then deleti
 the registry): deletion never waits for the operator; the garbage collector removes the children
 through their owner references.
 
-Errors (house rule 6): a bad spec -> Ready=False (reason, message naming the field) and
+Errors: a bad spec -> Ready=False (reason, message naming the field) and
 kopf.PermanentError; transient API or sidecar failures -> kopf.TemporaryError(delay=RETRY_DELAY_S),
 retried by kopf with no bound of its own for a missing CleanerPolicy (it may come later) and at
 most MAX_RETRIES times otherwise.

@@ -1,5 +1,5 @@
 """Settings defined once: the CRDs, the chart's copy of them, values.yaml and values.schema.json
-agree with the settings' definitions (house rule 4)."""
+agree with the settings' definitions (written by make crds and make chart, never by hand)."""
 
 from __future__ import annotations
 

@@ -20,5 +20,10 @@ Modules, one job each:
 - log_cleaner.py   LogCleaner: threads, LogManager hooks, metrics (metrics.py)
 - backlog.py       marking logs too big for one map, with a HyperLogLog key count
 - stats.py         round statistics and Kafka's stats line
-- clean_command.py ``logkeeper clean LOG_DIR`` (the tests' log helpers: tests/cleaner_logs.py)
+- exact.py         which records survive, decided by exact key when the map cannot tell
+- clean_command.py ``logkeeper clean LOG_DIR``; clean_report.py: its closing line per log
+                   (the tests' log helpers: tests/cleaner_logs.py)
+- offload.py       handing a backlog to the Spark job and taking its output back; offload_job.py:
+                   the job's arguments and process; staging.py: where it stages, and the sweep;
+                   install.py: a staged file moved into a partition directory
 """

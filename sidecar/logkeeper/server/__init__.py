@@ -12,6 +12,7 @@
 - record_json.py   records as JSON (produce bodies, fetched records)
 - params.py        request parameter parsing; errors.py: failures -> HTTP status and error code
 - middleware.py    request metrics, JSON errors, bearer-token checks
+- http_limits.py   bounds on what clients can make the sidecar hold: connections, idle time, bodies
 - http_api.py      the routes and their thin handlers; openapi.py: the OpenAPI document
 - process.py       the sidecar as a subprocess plus a small client (demo, tests, benchmarks)
 
