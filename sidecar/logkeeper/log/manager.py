@@ -34,12 +34,8 @@ Numbered crash steps (``crash_hook(step)`` is called after each; a test per step
      From here the next start queues it for removal.
   3. ``delete:checkpointed``: the directory's checkpoints rewritten without the partition.
 ``shutdown``
-  1. ``shutdown:closed``: every log of a directory flushed and closed.
-  2. ``shutdown:checkpointed``: its recovery points and log start offsets written (only if the
-     directory was loaded completely: a partial list would drop the partitions not loaded).
-  3. ``shutdown:marked``: its clean-shutdown marker written (only if that directory was loaded
-     completely or was clean at startup). A crash before this step leaves no marker: the next
-     start recovers from the checkpoints; nothing flushed is lost.
+  1-3. ``shutdown:closed``, ``shutdown:checkpointed``, ``shutdown:marked``: per directory,
+     dir_shutdown.py.
   4. ``shutdown:unlocked``: locks released (``.lock`` deleted).
 """
 
@@ -66,6 +62,7 @@ from . import names
 from .assign import LogAppendInfo
 from .cleaner_hooks import CleanerHooks
 from .dir_loader import LogFactory, load_log_dirs
+from .dir_shutdown import shutdown_dir
 from .log import Clock, Log, wall_clock_ms
 from .log_config import LogConfig
 from .log_dir import CrashHook, LogDir, LogDirStatus, capped_special_dir_name, open_log_dirs
@@ -525,47 +522,17 @@ class LogManager:
         self.tasks.cancel_all()
         if self._own_scheduler:
             self.scheduler.shutdown()
+        threads = self.config.num_recovery_threads_per_data_dir
         try:
             with ThreadPoolExecutor(max(1, len(self.dirs))) as pool:
-                for _ in pool.map(lambda d: self._shutdown_dir(d, broker_epoch), [d for d in self.dirs if d.online]):
+                for _ in pool.map(lambda d: shutdown_dir(d, self.logs_in_dir(d), threads=threads,
+                                                         broker_epoch=broker_epoch, crash_hook=self.crash_hook),
+                                  [d for d in self.dirs if d.online]):
                     pass
         finally:
             self._unlock_all()
             self.crash_hook("shutdown:unlocked")
         log.info("log manager shut down")
-
-    def _shutdown_dir(self, d: LogDir, broker_epoch: int) -> None:
-        logs = self.logs_in_dir(d)
-        failed = False
-
-        def close_one(lg: Log) -> None:
-            try:
-                lg.flush()
-                lg.close(sync_indexes=True)
-            except BaseException:
-                lg.close_handlers()
-                raise
-
-        with ThreadPoolExecutor(self.config.num_recovery_threads_per_data_dir) as pool:
-            futures = [(lg, pool.submit(close_one, lg)) for lg in logs.values()]
-            for lg, fut in futures:
-                try:
-                    fut.result()
-                except Exception as e:
-                    failed = True
-                    log.error("error closing %s in %s during shutdown: %s", lg.name, d.path, e)
-        if failed:
-            return  # no checkpoint and no marker: the next start recovers this directory
-        self.crash_hook("shutdown:closed")
-        try:
-            if d.load_completed:  # else the checkpoints on disk still hold the partitions not loaded
-                self.tasks.write_checkpoints(d, logs)
-            self.crash_hook("shutdown:checkpointed")
-            if d.had_clean_shutdown or d.load_completed:
-                d.write_clean_shutdown_marker(broker_epoch)
-                self.crash_hook("shutdown:marked")
-        except OSError as e:
-            log.error("error writing checkpoints or the clean shutdown marker of %s: %s", d.path, e)
 
     def read_broker_epoch_from_clean_shutdown_files(self) -> int | None:
         """The broker epoch all directories' markers agree on, or None (Kafka's rule)."""

@@ -195,12 +195,6 @@ class ManagerTasks:
         self.checkpoint_recovery_points_in_dir(d)
         self.checkpoint_start_offsets_in_dir(d)
 
-    @staticmethod
-    def write_checkpoints(d: LogDir, logs: Mapping[TopicPartition, Log]) -> None:
-        """Both checkpoints of a directory, unguarded (shutdown: the caller handles OSError)."""
-        d.recovery_point_checkpoint.write(recovery_points(logs, d))
-        d.log_start_offset_checkpoint.write(log_start_offsets(logs, d))
-
     # ------------------------------------------------------------------ -delete directories
     def queue_dir_delete(self, path: Path, d: LogDir) -> None:
         with self._delete_lock:
