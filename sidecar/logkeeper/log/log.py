@@ -34,18 +34,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RecordTooLargeError
+from ..errors import OffsetOutOfRangeError, RecordTooLargeError
 from ..fileio import fsync_dir
 from . import names
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
-from .producer_state import ProducerStateManager, control_type_of, last_sequence, rebuild_producer_state
+from .producer_state import ProducerStateManager, rebuild_producer_state
 from .replace import CrashHook, replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
-from .validator import ValidatedBatch, ValidatedRequest, check_plain_batch, validate_request
+from .validator import check_plain_batch, validate_request
 
 if TYPE_CHECKING:
     import random
@@ -181,7 +181,7 @@ class Log:
             if self.closed:
                 raise RuntimeError(f"log {self.name} is closed")
             if assign_offsets and request.has_producer_id:
-                duplicate = self._check_sequences(request)
+                duplicate = self.producer_state.check_request(request, self.name)
                 if duplicate is not None:
                     return duplicate
             append_time = now if assign_offsets and config.message_timestamp_type == "LogAppendTime" else -1
@@ -201,16 +201,9 @@ class Log:
             segment = self._maybe_roll(request.size, max_ts, last_offset, bases[0], now)
             segment.append(entries, out, header)
             self.log_end_offset = last_offset + 1
-            if request.has_transactional:
-                self._update_producer_state(out, batches, bases)
-            if request.has_producer_id:
-                for b, base in zip(batches, bases):
-                    h = b.header
-                    if h.producer_id >= 0:
-                        self.producer_state.on_producer_batch(
-                            h.producer_id, h.producer_epoch, h.base_sequence,
-                            last_sequence(h.base_sequence, h.last_offset_delta), base,
-                            base + h.last_offset_delta, is_control=h.is_control)
+            if request.has_transactional or request.has_producer_id:
+                for entry in self.producer_state.on_appended(out, request, bases):
+                    self.active_segment.txn_index.append(entry)
             self.unflushed_messages += request.num_records
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()
@@ -248,41 +241,6 @@ class Log:
             return _new_tuple(LogAppendInfo, (base, last_offset, max_ts, -1, 1, count, size, False))
         finally:
             self._lock.release()
-
-    def _check_sequences(self, request: ValidatedRequest) -> LogAppendInfo | None:
-        """Idempotent producers' sequence and epoch checks (producer_state.py); the original
-        offsets when the request is a retry of one batch already appended."""
-        pending: dict[int, tuple[int, int]] = {}
-        for b in request.batches:
-            h = b.header
-            if h.producer_id < 0:
-                continue
-            seen = self.producer_state.check_sequence(
-                h.producer_id, h.producer_epoch, h.base_sequence,
-                last_sequence(h.base_sequence, h.last_offset_delta), pending)
-            if seen is not None:
-                if len(request.batches) != 1:
-                    raise OutOfOrderSequenceError(
-                        f"producer {h.producer_id}: a request of {len(request.batches)} batches repeats "
-                        f"sequences {seen.first_seq}-{seen.last_seq} already appended")
-                log.info("%s: duplicate batch of producer %d (sequences %d-%d) answered with offset %d",
-                         self.name, h.producer_id, seen.first_seq, seen.last_seq, seen.first_offset)
-                return LogAppendInfo(seen.first_offset, seen.last_offset, -1, -1, 1, request.num_records,
-                                     request.size, duplicate=True)
-        return None
-
-    def _update_producer_state(self, data: bytes | bytearray | memoryview, batches: list[ValidatedBatch],
-                               bases: list[int]) -> None:
-        mv = memoryview(data)
-        for b, base in zip(batches, bases):
-            if not b.header.is_transactional:
-                continue
-            header = b.header._replace(base_offset=base)
-            raw = mv[b.position:b.position + header.size]
-            control = control_type_of(raw, header) if header.is_control else None
-            done = self.producer_state.on_batch(header, control)
-            if done is not None and done.is_aborted:
-                self.active_segment.txn_index.append(self.producer_state.aborted_entry(done))
 
     def _rebuild_producer_state(self) -> None:
         self.producer_state = rebuild_producer_state(self.segments.values())

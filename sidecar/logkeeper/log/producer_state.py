@@ -11,7 +11,8 @@ records to tell COMMIT from ABORT; nothing here walks data records.
 
 Idempotent producers (producer id >= 0): per producer its epoch and the metadata of its last
 five batches (first and last sequence, first and last offset), as Kafka's ProducerStateEntry.
-A client's batch is checked before it is appended (``check_sequence``, Kafka's rules):
+A client's request is checked before it is appended (``check_request``: ``check_sequence`` per
+batch, Kafka's rules), and the state follows what was appended (``on_appended``):
 
 - an epoch below the producer's current one: InvalidProducerEpochError;
 - the same epoch and the same first and last sequence as one of the five retained batches: a
@@ -29,6 +30,7 @@ expired (Kafka drops them after producer.id.expiration.ms).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,9 +44,13 @@ from ..records.batch import BatchHeader
 from ..records.batch_format import CONTROL_FLAG, TRANSACTIONAL_FLAG
 from ..records.control import ControlType, control_record_type
 from ..records.scan import BatchTable
+from .assign import LogAppendInfo
 
 if TYPE_CHECKING:
     from .segment import LogSegment
+    from .validator import ValidatedRequest
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -160,6 +166,53 @@ class ProducerStateManager:
             return CompletedTxn(pid, first, header.base_offset, control == ControlType.ABORT)
         self.ongoing.setdefault(pid, header.base_offset)
         return None
+
+    def check_request(self, request: ValidatedRequest, log_name: str) -> LogAppendInfo | None:
+        """Idempotent producers' sequence and epoch checks of a client's request; the original
+        offsets when the request is a retry of one batch already appended (Log.append answers
+        with them instead of appending)."""
+        pending: dict[int, tuple[int, int]] = {}
+        for b in request.batches:
+            h = b.header
+            if h.producer_id < 0:
+                continue
+            seen = self.check_sequence(h.producer_id, h.producer_epoch, h.base_sequence,
+                                       last_sequence(h.base_sequence, h.last_offset_delta), pending)
+            if seen is not None:
+                if len(request.batches) != 1:
+                    raise OutOfOrderSequenceError(
+                        f"producer {h.producer_id}: a request of {len(request.batches)} batches repeats "
+                        f"sequences {seen.first_seq}-{seen.last_seq} already appended")
+                log.info("%s: duplicate batch of producer %d (sequences %d-%d) answered with offset %d",
+                         log_name, h.producer_id, seen.first_seq, seen.last_seq, seen.first_offset)
+                return LogAppendInfo(seen.first_offset, seen.last_offset, -1, -1, 1, request.num_records,
+                                     request.size, duplicate=True)
+        return None
+
+    def on_appended(self, data: bytes | bytearray | memoryview, request: ValidatedRequest,
+                    bases: list[int]) -> list[AbortedTxn]:
+        """A request's batches were appended at ``bases`` (``data``: the bytes written): the
+        transactions their batches open and their markers end, then the producers' sequences.
+        Returns the entries of the transactions aborted, for the transaction index."""
+        aborted = []
+        if request.has_transactional:
+            mv = memoryview(data)
+            for b, base in zip(request.batches, bases):
+                if not b.header.is_transactional:
+                    continue
+                header = b.header._replace(base_offset=base)
+                raw = mv[b.position:b.position + header.size]
+                done = self.on_batch(header, control_type_of(raw, header) if header.is_control else None)
+                if done is not None and done.is_aborted:
+                    aborted.append(self.aborted_entry(done))
+        if request.has_producer_id:
+            for b, base in zip(request.batches, bases):
+                h = b.header
+                if h.producer_id >= 0:
+                    self.on_producer_batch(h.producer_id, h.producer_epoch, h.base_sequence,
+                                           last_sequence(h.base_sequence, h.last_offset_delta), base,
+                                           base + h.last_offset_delta, is_control=h.is_control)
+        return aborted
 
     def aborted_entry(self, txn: CompletedTxn) -> AbortedTxn:
         """The transaction index entry of an aborted txn. Its LSO, as Kafka records it, is the
