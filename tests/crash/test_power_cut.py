@@ -91,7 +91,7 @@ PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writ
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
 
 try:  # mfusepy loads libfuse when imported: without it (or without mfusepy) the test is skipped
-    from tests.crash.powercut_fs import Daemon, fuse_available
+    from tests.crash.powercut_mount import Daemon, fuse_available
 
     _why_not = fuse_available()
 except (ImportError, OSError) as e:
