@@ -350,7 +350,7 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
     spark-compact`` arguments, with the volume mounted where the sidecar has it (the arguments'
     paths hold there), no retries of its own (the CompactionJob counts attempts), bounded by
     activeDeadlineSeconds. On the node of the sidecar's pod unless the claim is ReadWriteMany.
-    Mode kubernetes: the pod is Spark's driver, the executors pods (spark_on_k8s.py)."""
+    Mode kubernetes: the pod is Spark's driver and the executors are pods (spark_on_k8s.py)."""
     env: list[Obj] = [{"name": "HOME", "value": "/tmp"}, {"name": "NUMBA_CACHE_DIR", "value": "/tmp/numba"},
                       {"name": "LOGKEEPER_SUBMISSION_ID", "value": batch_job_name(cj_name, attempt)}]
     data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
@@ -358,7 +358,7 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
     pinned = None if read_write_many else _next_to_sidecar(cj.log_volume)
     conf = dict(spark.conf)
     if spark.mode == "kubernetes":
-        conf = spark_on_k8s.driver_conf(namespace, spark.image, conf)
+        conf = spark_on_k8s.spark_conf(namespace, spark.image, conf)
         env += [*spark_on_k8s.driver_env(),
                 {"name": spark_on_k8s.TEMPLATE_ENV, "value": spark_on_k8s.executor_template(
                     pod_security_context(), container_security_context(), data_volume, data_mount, pinned)}]

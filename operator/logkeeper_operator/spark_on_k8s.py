@@ -26,7 +26,7 @@ address kubelet gives every container (client-go's in-cluster config reads the s
 variables), expanded by Kubernetes in the Job's command: no cluster DNS needed.
 
 The driver's service account must be allowed to manage the executors' pods and config maps in
-the namespace (README, "Spark on Kubernetes": the Role).
+the namespace (README, "Executors as pods": the Role).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def driver_env() -> list[Obj]:
             for name, path in (("POD_NAME", "metadata.name"), ("POD_IP", "status.podIP"))]
 
 
-def driver_conf(namespace: str, image: str, user_conf: Mapping[str, str]) -> dict[str, str]:
+def spark_conf(namespace: str, image: str, user_conf: Mapping[str, str]) -> dict[str, str]:
     """The driver's Spark conf: ours, then the user's over it."""
     ours = {
         "spark.kubernetes.namespace": namespace,

@@ -25,8 +25,8 @@ the master); PYSPARK_PYTHON is this interpreter (set before the session starts: 
 ``spark.pyspark.python`` conf is not honoured outside spark-submit) and SPARK_LOCAL_IP loopback
 for local masters; ``spark.sql.shuffle.partitions`` (the keys aggregate's) = 3 x the default
 parallelism; the UI on (port 4040) and memory from the round's bytes unless ``--conf`` says
-otherwise (resources.py); with a k8s:// master, the executors' pod template the operator gave
-(on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
+otherwise (resources.py); with a k8s:// master in the operator's Job, the driver's pod IP and name
+and the executors' pod template (on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
 read and written), written by the driver to ``<staging>/progress.json`` every second (progress.py).
 
 For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (command.py
