@@ -199,7 +199,8 @@ def _present(entry: _Entry) -> _Entry:
 
 
 def _partition_entry(p: PartitionStatus) -> PartitionEntry:
-    last = p.get("last_round") or {}
+    last = p.get("last_round")
+    finished = last.get("finished_ms") if last else None
     unc = p.get("uncleanable")
     return _present(PartitionEntry(
         partition=_name(p),
@@ -210,14 +211,16 @@ def _partition_entry(p: PartitionStatus) -> PartitionEntry:
         compacted=bool(p.get("compacted")),
         dirtyRatio=p.get("dirty_ratio"),
         cleaningState=p.get("cleaning_state") or "none",
-        lastCleanedTime=rfc3339(last["finished_ms"] / 1000) if isinstance(last.get("finished_ms"), int) else None,
+        lastCleanedTime=rfc3339(finished / 1000) if isinstance(finished, int) else None,
         uncleanable=unc.get("reason") if unc else None,
         backlog=bool(p.get("backlog")),
     ))
 
 
 def _backlog_entry(p: PartitionStatus) -> BacklogEntry:
-    d = p.get("backlog_detail") or {}
+    d = p.get("backlog_detail")
+    if d is None:
+        return _present(BacklogEntry(partition=_name(p), logDir=p.get("log_dir")))
     return _present(BacklogEntry(
         partition=_name(p), logDir=p.get("log_dir"), firstDirtyOffset=d.get("first_dirty_offset"),
         estimatedKeys=d.get("estimated_keys"), passes=d.get("passes"), dirtyBytes=d.get("dirty_bytes"),

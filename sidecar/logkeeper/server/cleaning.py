@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..cleaner.log_cleaner import LogCleaner
 from ..cleaner.stats import CleanerStats, format_stats
@@ -23,6 +22,7 @@ from ..cleaner.worker import CleanerWorker
 from ..errors import CleanerShutdownError
 from ..log.names import TopicPartition
 from .errors import CleaningConflictError
+from .status_schema import Round
 
 MANUAL_CLEANER_ID = 1000  # the id in the stats line of rounds asked for through the API
 PAUSE_TIMEOUT_S = 10.0
@@ -45,22 +45,15 @@ class RoundReport:
     elapsed_index_secs: float
     stats_line: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dirty_section": [self.first_offset, self.end_offset],
-            "finished_ms": self.finished_ms,
-            "bytes_read": self.bytes_read,
-            "bytes_written": self.bytes_written,
-            "messages_read": self.messages_read,
-            "messages_written": self.messages_written,
-            "map_messages_read": self.map_messages_read,
-            "invalid_messages_read": self.invalid_messages_read,
-            "buffer_utilization": self.buffer_utilization,
-            "elapsed_secs": self.elapsed_secs,
-            "elapsed_index_secs": self.elapsed_index_secs,
-            "size_reduction_percent": 100.0 * (1.0 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0,
-            "stats_line": self.stats_line,
-        }
+    def to_dict(self) -> Round:
+        return Round(
+            dirty_section=[self.first_offset, self.end_offset], finished_ms=self.finished_ms,
+            bytes_read=self.bytes_read, bytes_written=self.bytes_written, messages_read=self.messages_read,
+            messages_written=self.messages_written, map_messages_read=self.map_messages_read,
+            invalid_messages_read=self.invalid_messages_read, buffer_utilization=self.buffer_utilization,
+            elapsed_secs=self.elapsed_secs, elapsed_index_secs=self.elapsed_index_secs,
+            size_reduction_percent=100.0 * (1.0 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0,
+            stats_line=self.stats_line)
 
 
 class RoundLog:

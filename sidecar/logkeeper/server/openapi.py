@@ -3,8 +3,8 @@
 Hand-written next to the handlers (http_api.py), with three parts derived rather than repeated:
 the topic config schema comes from ``TOPIC_SETTINGS`` (each key, its type and doc), the bounds
 that are settings (max_bytes of a fetch) come from the sidecar's settings, and the /v1/status
-document's schemas (Status, LogDirStatus, PartitionStatus, Uncleanable, OfflinePartition) from its
-typed contract (status_schema.py). A unit test
+document's schemas (Status, LogDirStatus, PartitionStatus, Round, BacklogDetail, Uncleanable,
+OfflinePartition) from its typed contract (status_schema.py). A unit test
 checks that every route of the app is described and every described operation is routed, and
 the fuzz test (tests/behaviour/test_sidecar_fuzz.py) checks responses against this document.
 """
@@ -141,12 +141,6 @@ def _schemas() -> dict[str, Schema]:
             "records": {"type": "array", "items": _ref("FetchedRecord")}}),
         "CleaningState": _obj({"topic": STR, "partition": {"type": "integer"},
                                "cleaning_state": {**STR, "description": "none, in-progress, aborted or paused(n)"}}),
-        "Round": _obj({
-            "dirty_section": {"type": "array", "items": INT, "minItems": 2, "maxItems": 2},
-            "finished_ms": INT, "bytes_read": INT, "bytes_written": INT, "messages_read": INT,
-            "messages_written": INT, "map_messages_read": INT, "invalid_messages_read": INT,
-            "buffer_utilization": NUM, "elapsed_secs": NUM, "elapsed_index_secs": NUM,
-            "size_reduction_percent": NUM, "stats_line": {**STR, "description": "Kafka's stats line of the round"}}),
         "CleanResult": _obj({"topic": STR, "partition": {"type": "integer"},
                              "cleaned": {**BOOL, "description": "False when the dirty section was empty"},
                              "round": {"allOf": [_ref("Round")], "nullable": True},

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..cleaner.backlog import Backlog
 from ..cleaner.selection import LogToClean, cleanable_offsets
 from ..cleaner.states import state_name
 from .service import Sidecar, offsets_of
-from .status_schema import LogDirStatus, PartitionStatus, Status
+from .status_schema import BacklogDetail, LogDirStatus, PartitionStatus, Status
 
 
 def _dirty(entry: PartitionStatus, log: Any, checkpoint: int | None, now_ms: int) -> None:
@@ -38,6 +39,14 @@ def _dirty(entry: PartitionStatus, log: Any, checkpoint: int | None, now_ms: int
     ratio = ltc.cleanable_ratio
     entry["dirty_ratio"] = None if math.isnan(ratio) else round(ratio, 6)
     entry["cleanable_bytes"] = ltc.cleanable_bytes
+
+
+def _backlog_detail(b: Backlog) -> BacklogDetail:
+    return BacklogDetail(
+        topic_partition=str(b.topic_partition), first_dirty_offset=b.first_dirty_offset,
+        first_uncleanable_offset=b.first_uncleanable_offset, estimated_keys=b.estimated_keys, map_keys=b.map_keys,
+        passes=b.passes, dirty_bytes=b.dirty_bytes, clean_bytes=b.clean_bytes, recopied_bytes=b.recopied_bytes,
+        marked_ms=b.marked_ms)
 
 
 def build_status(sidecar: Sidecar) -> Status:
@@ -68,7 +77,7 @@ def build_status(sidecar: Sidecar) -> Status:
             last_round=report.to_dict() if report is not None else None,
             uncleanable={"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
             backlog=backlog is not None,
-            backlog_detail=backlog.to_dict() if backlog is not None else None,
+            backlog_detail=_backlog_detail(backlog) if backlog is not None else None,
             offload=offloads.get(str(tp)))
         if lg.config.compact:
             try:

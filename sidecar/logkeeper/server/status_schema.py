@@ -10,7 +10,7 @@ sidecar's answer against the generated schemas and the operator's parser.
 ``schema_of`` turns a typed dict into an OpenAPI 3.0 schema: int, float, str, bool, ``Literal``
 (an enum), ``list``, ``X | None`` (nullable), a nested typed dict (a ``$ref`` to a component of
 its name when ``refs`` is given, inline otherwise: a CRD admits no ``$ref``), ``dict[str, Any]``
-and ``Any`` (an object the schema leaves open; ``Named("Round")`` makes it a ``$ref`` to a
+and ``Any`` (an object the schema leaves open; ``Named("Offload")`` makes it a ``$ref`` to a
 hand-written component of the OpenAPI document). ``NotRequired`` keys are optional, every other
 key required, and no other key is allowed. ``Annotated[T, Doc("...")]`` gives a field its
 description, ``Annotated[T, Also(format="date-time")]`` more keywords.
@@ -80,6 +80,40 @@ class Uncleanable(TypedDict):
     retry_at_ms: int
 
 
+class Round(TypedDict):
+    """A partition's last cleaning round (server/cleaning.py's RoundReport)."""
+
+    dirty_section: Annotated[list[int], Also(minItems=2, maxItems=2),
+                             Doc("[first offset, end offset) of the dirty section cleaned")]
+    finished_ms: int
+    bytes_read: int
+    bytes_written: int
+    messages_read: int
+    messages_written: int
+    map_messages_read: int
+    invalid_messages_read: int
+    buffer_utilization: float
+    elapsed_secs: float
+    elapsed_index_secs: float
+    size_reduction_percent: float
+    stats_line: Annotated[str, Doc("Kafka's stats line of the round")]
+
+
+class BacklogDetail(TypedDict):
+    """The cleaner's estimate of a backlog (cleaner/backlog.py's Backlog)."""
+
+    topic_partition: str
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    estimated_keys: Annotated[int, Doc("Distinct keys of the dirty section (HyperLogLog)")]
+    map_keys: Annotated[int, Doc("Keys one offset map holds")]
+    passes: int
+    dirty_bytes: int
+    clean_bytes: int
+    recopied_bytes: int
+    marked_ms: int
+
+
 class PartitionStatus(TypedDict):
     topic: str
     partition: int
@@ -96,10 +130,10 @@ class PartitionStatus(TypedDict):
     dirty_ratio: Annotated[float | None, Doc("Cleanable / (clean + cleanable) bytes; null unless compacted")]
     cleanable_bytes: int | None
     cleaning_state: Annotated[str, Doc("none, in-progress, aborted or paused(n)")]
-    last_round: Annotated[dict[str, Any] | None, Named("Round")]
+    last_round: Round | None
     uncleanable: Uncleanable | None
     backlog: Annotated[bool, Doc("More keys than one offset map holds (cleaner/backlog.py)")]
-    backlog_detail: dict[str, Any] | None
+    backlog_detail: BacklogDetail | None
     offload: Annotated[dict[str, Any] | None, Named("Offload"),
                        Doc("The hand-off of the backlog to a Spark job, when it had one")]
     error: NotRequired[Annotated[str, Doc("Why the dirty ratio could not be read (the log closed meanwhile)")]]
@@ -124,7 +158,8 @@ class Status(TypedDict):
                                            "uncleanable, backlogs, states, rounds, threads, alive_threads")]
 
 
-STATUS_TYPES: tuple[type, ...] = (LogDirStatus, Uncleanable, PartitionStatus, OfflinePartition, Status)
+STATUS_TYPES: tuple[type, ...] = (LogDirStatus, Round, BacklogDetail, Uncleanable, PartitionStatus, OfflinePartition,
+                                  Status)
 
 
 # ----------------------------------------------------------------------------- the generator
