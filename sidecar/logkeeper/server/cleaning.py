@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..cleaner.log_cleaner import LogCleaner
 from ..cleaner.stats import CleanerStats, format_stats
@@ -28,53 +27,30 @@ MANUAL_CLEANER_ID = 1000  # the id in the stats line of rounds asked for through
 PAUSE_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
-class RoundReport:
-    topic_partition: TopicPartition
-    first_offset: int  # the dirty section cleaned: [first_offset, end_offset)
-    end_offset: int
-    finished_ms: int
-    bytes_read: int
-    bytes_written: int
-    messages_read: int
-    messages_written: int
-    map_messages_read: int
-    invalid_messages_read: int
-    buffer_utilization: float
-    elapsed_secs: float
-    elapsed_index_secs: float
-    stats_line: str
-
-    def to_dict(self) -> Round:
-        return Round(
-            dirty_section=[self.first_offset, self.end_offset], finished_ms=self.finished_ms,
-            bytes_read=self.bytes_read, bytes_written=self.bytes_written, messages_read=self.messages_read,
-            messages_written=self.messages_written, map_messages_read=self.map_messages_read,
-            invalid_messages_read=self.invalid_messages_read, buffer_utilization=self.buffer_utilization,
-            elapsed_secs=self.elapsed_secs, elapsed_index_secs=self.elapsed_index_secs,
-            size_reduction_percent=100.0 * (1.0 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0,
-            stats_line=self.stats_line)
-
-
 class RoundLog:
     def __init__(self, clock_ms: Callable[[], int]) -> None:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._last: dict[TopicPartition, RoundReport] = {}
+        self._last: dict[TopicPartition, Round] = {}
 
     def record(self, tp: TopicPartition, start: int, end: int, stats: CleanerStats, cleaner_id: int) -> None:
-        report = RoundReport(tp, start, end, self._clock_ms(), stats.bytes_read, stats.bytes_written,
-                             stats.messages_read, stats.messages_written, stats.map_messages_read,
-                             stats.invalid_messages_read, stats.buffer_utilization, stats.elapsed_secs,
-                             stats.elapsed_index_secs, format_stats(cleaner_id, str(tp), start, end, stats))
+        """The round that cleaned ``[start, end)`` of ``tp``, as /v1/status and /v1/.../clean show it."""
+        report = Round(
+            dirty_section=[start, end], finished_ms=self._clock_ms(), bytes_read=stats.bytes_read,
+            bytes_written=stats.bytes_written, messages_read=stats.messages_read,
+            messages_written=stats.messages_written, map_messages_read=stats.map_messages_read,
+            invalid_messages_read=stats.invalid_messages_read, buffer_utilization=stats.buffer_utilization,
+            elapsed_secs=stats.elapsed_secs, elapsed_index_secs=stats.elapsed_index_secs,
+            size_reduction_percent=100.0 * (1.0 - stats.bytes_written / stats.bytes_read) if stats.bytes_read else 0.0,
+            stats_line=format_stats(cleaner_id, str(tp), start, end, stats))
         with self._lock:
             self._last[tp] = report
 
-    def last(self, tp: TopicPartition) -> RoundReport | None:
+    def last(self, tp: TopicPartition) -> Round | None:
         with self._lock:
             return self._last.get(tp)
 
-    def snapshot(self) -> dict[TopicPartition, RoundReport]:
+    def snapshot(self) -> dict[TopicPartition, Round]:
         with self._lock:
             return dict(self._last)
 
@@ -119,7 +95,7 @@ class CleaningControl:
         if self._is_stopping():
             raise CleanerShutdownError("the sidecar is shutting down")
 
-    def clean_now(self, tp: TopicPartition) -> RoundReport | None:
+    def clean_now(self, tp: TopicPartition) -> Round | None:
         """One round on ``tp``; None when its dirty section is empty."""
         with self._manual_lock:
             if self._manual is None:

@@ -221,7 +221,7 @@ class Api:
         started = time.monotonic()
         report = await self._run(self.sidecar.cleaning.clean_now, tp)
         return json_response({"topic": tp.topic, "partition": tp.partition, "cleaned": report is not None,
-                              "round": report.to_dict() if report is not None else None,
+                              "round": report,
                               "elapsed_secs": round(time.monotonic() - started, 6)})
 
 

@@ -63,7 +63,6 @@ def build_status(sidecar: Sidecar) -> Status:
     uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
     partitions = []
     for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):
-        report = reports.get(tp)
         u = uncleanable.get(tp)
         backlog = backlogs.get(tp)
         offsets = offsets_of(lg)
@@ -74,7 +73,7 @@ def build_status(sidecar: Sidecar) -> Status:
             last_stable_offset=offsets["last_stable_offset"], recovery_point=offsets["recovery_point"],
             compacted=lg.config.compact, cleaner_checkpoint=checkpoints.get(tp), dirty_ratio=None,
             cleanable_bytes=None, cleaning_state=state_name(states.get(tp)),
-            last_round=report.to_dict() if report is not None else None,
+            last_round=reports.get(tp),
             uncleanable={"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
             backlog=backlog is not None,
             backlog_detail=_backlog_detail(backlog) if backlog is not None else None,
