@@ -31,10 +31,11 @@ log's segments below ``end_offset``, and every output file has its size and CRC 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..fileio import replace_file_durably
 
 FORMAT = "logkeeper-spark-compact"
 VERSION = 1
@@ -125,22 +126,9 @@ class Manifest:
 
 
 def _write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """The sidecar trusts what it reads here: written by fileio's durable replace (temp, fsync,
+    rename, fsync the directory), so a crash leaves the old file or the new one."""
+    replace_file_durably(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
 
 
 def write_manifest(staging: Path, manifest: Manifest) -> Path:
