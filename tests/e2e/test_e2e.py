@@ -11,7 +11,6 @@ Steps run in order (one cluster); each names what it checks.
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import os
 import re
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from logkeeper_operator.times import epoch_of
 
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
 from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, wait_for
@@ -351,9 +352,9 @@ SPARK_RBAC = [
 
 def attempt_seconds(status: dict[str, Any]) -> float:
     """A finished CompactionJob's last attempt, start to end (RFC 3339 times, 1 s resolution)."""
-    def t(key: str) -> float:
-        return datetime.datetime.fromisoformat(status[key].replace("Z", "+00:00")).timestamp()
-    return t("completionTime") - t("attemptStartTime")
+    end, start = epoch_of(status["completionTime"]), epoch_of(status["attemptStartTime"])
+    assert end is not None and start is not None, status
+    return end - start
 
 
 def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]) -> None:
