@@ -61,6 +61,7 @@ from .names import (
     secret_name,
     selector,
     service_name,
+    spark_network_policy_name,
     statefulset_name,
     volume_name,
 )
@@ -332,11 +333,16 @@ def scratch_bytes(backlog_bytes: int, spark: SparkSpec) -> int:
     return -(-want // MI) * MI
 
 
+def scratch_size(backlog_bytes: int, spark: SparkSpec) -> str:
+    """spec.spark.scratch.size, else scratch_bytes as a quantity."""
+    return spark.scratch.size or f"{scratch_bytes(backlog_bytes, spark) // MI}Mi"
+
+
 def scratch_volume(backlog_bytes: int, spark: SparkSpec) -> Obj:
-    """The Job's /tmp volume: spec.spark.scratch.size or scratch_bytes; an emptyDir (evicted past
-    its sizeLimit), or with a storage class a generic ephemeral volume (a claim of that size made
-    with the pod and deleted with it)."""
-    size = spark.scratch.size or f"{scratch_bytes(backlog_bytes, spark) // MI}Mi"
+    """The Job's /tmp volume of scratch_size: an emptyDir (evicted past its sizeLimit), or with a
+    storage class a generic ephemeral volume (a claim of that size made with the pod and deleted
+    with it). Mode kubernetes: each executor's local dir is an emptyDir of the same limit."""
+    size = scratch_size(backlog_bytes, spark)
     if spark.scratch.storage_class:
         claim: Obj = {"accessModes": ["ReadWriteOnce"], "storageClassName": spark.scratch.storage_class,
                       "resources": {"requests": {"storage": size}}}
@@ -356,12 +362,15 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
     data_volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
     data_mount = {"name": "data", "mountPath": f"{DATA_ROOT}/{cj.volume_id}"}
     pinned = None if read_write_many else _next_to_sidecar(cj.log_volume)
+    job_labels = compaction_pod_labels(cj.log_volume, cj_name)
+    scratch = scratch_volume(cj.backlog_bytes, spark)
     conf = dict(spark.conf)
     if spark.mode == "kubernetes":
         conf = spark_on_k8s.spark_conf(namespace, spark.image, conf)
-        env += [*spark_on_k8s.driver_env(),
-                {"name": spark_on_k8s.TEMPLATE_ENV, "value": spark_on_k8s.executor_template(
-                    pod_security_context(), container_security_context(), data_volume, data_mount, pinned)}]
+        template = spark_on_k8s.executor_template(
+            job_labels, pod_security_context(), container_security_context(), data_volume, data_mount, pinned,
+            scratch_size(cj.backlog_bytes, spark))
+        env += [*spark_on_k8s.driver_env(), {"name": spark_on_k8s.TEMPLATE_ENV, "value": template}]
     if conf:
         env.append({"name": "PYSPARK_SUBMIT_ARGS", "value": spark_on_k8s.submit_args(conf)})
     container: Obj = {
@@ -379,7 +388,7 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         "restartPolicy": "Never",
         "securityContext": pod_security_context(),
         "containers": [container],
-        "volumes": [data_volume, scratch_volume(cj.backlog_bytes, spark)],
+        "volumes": [data_volume, scratch],
     }
     if pinned is not None:
         pod["affinity"] = pinned
@@ -388,7 +397,6 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
     elif spark.service_account:
         pod["serviceAccountName"] = spark.service_account
     name = batch_job_name(cj_name, attempt)
-    job_labels = {**labels(cj.log_volume, "compaction"), LABEL_COMPACTIONJOB: cj_name}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": job_labels,
@@ -396,6 +404,19 @@ def batch_job(cj_name: str, namespace: str, cj_uid: str, attempt: int, cj: Compa
         "spec": {"backoffLimit": 0, "activeDeadlineSeconds": cj.timeout_seconds,
                  "template": {"metadata": {"labels": job_labels}, "spec": pod}},
     }
+
+
+def compaction_pod_labels(lv: str, cj_name: str) -> dict[str, str]:
+    """The labels of a CompactionJob's pods: its Jobs' pods and, in mode kubernetes, the executors."""
+    return {**labels(lv, "compaction"), LABEL_COMPACTIONJOB: cj_name}
+
+
+def spark_network_policy(cj_name: str, namespace: str, cj_uid: str, lv: str) -> Obj:
+    """Mode kubernetes: the driver <-> executor traffic of the CompactionJob's pods admitted
+    (spark_on_k8s.network_policy), owned by the CompactionJob."""
+    return spark_on_k8s.network_policy(spark_network_policy_name(cj_name), namespace,
+                                       compaction_pod_labels(lv, cj_name),
+                                       owner_reference(COMPACTIONJOB, cj_name, cj_uid))
 
 
 def _next_to_sidecar(lv: str) -> Obj:

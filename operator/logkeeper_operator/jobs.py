@@ -188,6 +188,8 @@ def drive_compaction(kube: Kube, body: Mapping[str, Any], now_s: float | None = 
     step = next_step(st, job_state, sidecar, now_s, cj.timeout_seconds, cj.max_attempts)
     events: list[Event] = []
     if step.kind == "submit":
+        if spec.spark.mode == "kubernetes":  # before the driver starts: its executors talk to it at once
+            kube.create_if_absent(builders.spark_network_policy(name, namespace, uid, cj.log_volume))
         job_body = builders.batch_job(name, namespace, uid, step.attempt, cj, spec.spark,
                                       builders.claim_for(cj.log_volume, volume),
                                       read_write_many="ReadWriteMany" in volume.access_modes)

@@ -135,6 +135,11 @@ def batch_job_name(cj: str, attempt: int) -> str:
     return dns_label(f"{cj}-a{attempt}", 63)
 
 
+def spark_network_policy_name(cj: str) -> str:
+    """The NetworkPolicy admitting a mode-kubernetes CompactionJob's driver <-> executor traffic."""
+    return dns_label(f"{cj}-spark", 253)
+
+
 def cancel_job_name(cj: str) -> str:
     """The Job that tells the sidecar a deleted CompactionJob's hand-off is off (jobs.py)."""
     return dns_label(f"{cj}-cancel", 63)

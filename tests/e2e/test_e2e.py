@@ -393,7 +393,11 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
                 node=p["spec"].get("nodeName"), phase=p["status"].get("phase"), imageID=c.get("imageID"),
                 ran=seen.get(p["metadata"]["name"], {}).get("ran") or "running" in (c.get("state") or {}),
                 owner=[o["kind"] + "/" + o["name"] for o in p["metadata"].get("ownerReferences") or []],
-                args=p["spec"]["containers"][0].get("args"), sa_token=p["spec"].get("automountServiceAccountToken"))
+                args=p["spec"]["containers"][0].get("args"), sa_token=p["spec"].get("automountServiceAccountToken"),
+                labels=p["metadata"].get("labels") or {},
+                local_dirs=[e.get("value") for e in p["spec"]["containers"][0].get("env") or []
+                            if e["name"] == "SPARK_LOCAL_DIRS"],
+                volumes={v["name"]: v.get("emptyDir") for v in p["spec"].get("volumes") or [] if "emptyDir" in v})
         obj = kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)
         return dict(obj) if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
 
@@ -410,6 +414,16 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
         assert p["node"] == NODE_NAME and p["args"] == ["executor"], p
         assert env["IMAGE_ID"] in p["imageID"] or env["IMAGE_DIGEST"] in p["imageID"], p
         assert p["owner"] == [f"Pod/{driver}"] and p["sa_token"] is False, p
+        # Spark's local dir is the template's bounded emptyDir, not one Spark adds without a limit
+        assert p["local_dirs"] == ["/tmp/spark"], p
+        assert (p["volumes"].get("spark-local-dir-1") or {}).get("sizeLimit") and len(p["volumes"]) == 2, p
+    # the job's NetworkPolicy selects the driver and every executor (this node enforces no policy:
+    # what is checked is that the policy the operator made would admit this job's traffic)
+    policy = kubectl.json("get", "networkpolicy", f"{name}-spark", "-n", NAMESPACE)
+    wanted = policy["spec"]["podSelector"]["matchLabels"]
+    assert [r["port"] for r in policy["spec"]["ingress"][0]["ports"]] == [7078, 7079], policy["spec"]
+    for who, pod_labels in [(driver, job_pods[0]["metadata"]["labels"]), *((n, p["labels"]) for n, p in ran.items())]:
+        assert wanted.items() <= pod_labels.items(), (who, wanted, pod_labels)
     # Spark deletes its executors when the job ends (and the driver's pod owns them regardless)
     wait_for(lambda: not kubectl.json("get", "pods", "-n", NAMESPACE, "-l", "spark-role=executor")["items"], 120,
              "the executor pods deleted after the job")

@@ -154,11 +154,36 @@ def test_batch_job_kubernetes_mode_driver_and_executor_pods() -> None:
     assert {"name": "data", "mountPath": "/data/d0"} in container["volumeMounts"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "orders-d0"}} in spec["volumes"]
     assert spec["affinity"] == pod["affinity"]
+    # the executors carry the Job pod's labels (the NetworkPolicy below selects both) ...
+    assert template["metadata"]["labels"] == job["spec"]["template"]["metadata"]["labels"]
+    # ... and Spark's local dir is our bounded emptyDir (named and mounted where Spark looks for it)
+    assert values["SPARK_LOCAL_DIRS"] == "/tmp/spark"  # the driver's, which Spark gives the executors
+    assert {"name": "spark-local-dir-1", "mountPath": "/tmp/spark"} in container["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    scratch = next(v for v in pod["volumes"] if v["name"] == "tmp")["emptyDir"]["sizeLimit"]
+    assert volumes["spark-local-dir-1"]["emptyDir"] == {"sizeLimit": scratch}
+    assert volumes["tmp"]["emptyDir"]["sizeLimit"]
     # the default master reaches the API server without cluster DNS
     assert lv(spark={"mode": "kubernetes", "serviceAccountName": "s"}).spark.master == \
         "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     with pytest.raises(SpecError, match=r"spec\.spark\.serviceAccountName"):
         lv(spark={"mode": "kubernetes"})
+
+
+def test_spark_network_policy_admits_only_the_jobs_pods_on_sparks_ports() -> None:
+    policy = builders.spark_network_policy("cj1", "ns", "cj-uid", "orders")
+    assert policy["metadata"]["name"] == "cj1-spark"
+    assert policy["metadata"]["ownerReferences"][0] == builders.owner_reference("CompactionJob", "cj1", "cj-uid")
+    job_pods = builders.compaction_pod_labels("orders", "cj1")
+    assert policy["spec"]["podSelector"] == {"matchLabels": job_pods}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": job_pods}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 7078}, {"protocol": "TCP", "port": 7079}]
+    # another CompactionJob's pods are not selected, nor the sidecar's
+    other = builders.compaction_pod_labels("orders", "cj2")
+    assert not set(job_pods.items()) <= set(other.items())
+    assert not set(job_pods.items()) <= set(builders.selector("orders").items())
 
 
 def test_spark_scratch_is_sized_from_the_backlog() -> None:

@@ -183,6 +183,27 @@ def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.Monke
     tick = jobs.drive_compaction(kube, cj, now_s=105.0)  # type: ignore[arg-type]
     assert tick.status["phase"] == "Succeeded" and "bytes_read 100" in tick.status["message"]
     assert fake.calls == []  # the operator never pauses, swaps or cleans: the sidecar does
+    assert ("NetworkPolicy", "ns", "cj-spark") not in kube.objects  # local mode: one pod, no traffic to admit
+
+
+def test_kubernetes_mode_admits_the_jobs_spark_traffic_before_the_driver_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube()
+    body = lv_body(spark={"mode": "kubernetes", "serviceAccountName": "spark"})
+    reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
+    kube.objects[("LogVolume", "ns", "orders")] = body
+    running_pod(kube)
+    fake = FakeSidecar(sidecar_doc(backlog=True, offload=hand_off()), [])
+    monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
+    cj: dict[str, Any] = {"metadata": {"name": "cj", "namespace": "ns", "uid": "c1", "generation": 1},
+                          "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
+                                   "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
+                                   "staging": ARGS[6], "maxAttempts": 2, "timeoutSeconds": 60}, "status": {}}
+    assert jobs.drive_compaction(kube, cj, now_s=100.0).step.kind == "submit"  # type: ignore[arg-type]
+    policy = kube.objects[("NetworkPolicy", "ns", "cj-spark")]
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "c1"  # deleted with the CompactionJob
+    driver = kube.objects[("Job", "ns", "cj-a1")]["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= driver.items()
 
 
 def test_compaction_job_fails_with_the_sidecars_reason(monkeypatch: pytest.MonkeyPatch) -> None:
