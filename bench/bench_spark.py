@@ -52,10 +52,10 @@ from bench_cleaner import (
     TS,
     VALUE_BYTES,
     _fill,
-    cpu_model,
     finish_log_dir,
     plain_read,
 )
+from side_by_side import cpu_model
 
 from logkeeper.cleaner.clean_command import close_logs, open_logs, split_overrides
 from logkeeper.cleaner.log_cleaner import LogCleaner
