@@ -307,8 +307,9 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-cleaner-", dir=args.dir))
     try:
         speed_before = host_speed()
-        # W1's whole process (0.3-0.4 s) is where this shared host's noise weighs most: twice the
-        # repeats (the runs vary by 30% within minutes at the same loop speed, measured here)
+        # W1's whole process (the shortest run) is where this shared host's noise weighs most: twice
+        # the repeats (its runs vary a lot within minutes at the same loop speed;
+        # bench/results/design_figures.md: bench_cleaner, W1 repeats)
         results = [run_workload("W1", scratch, 1, 100_000, args.repeat, 2 * args.repeat)]
         if not args.no_w10:
             w10_repeat = max(1, args.repeat - 1)

@@ -26,8 +26,9 @@ from .log.names import offset_from_file_name
 
 # Before anything imports numpy: logkeeper does no linear algebra, yet numpy's import starts
 # OpenBLAS's thread pool, a thread a core, whose start-up burns CPU on every core (`import numpy`
-# here: 0.16-0.21 s of user CPU against 0.08-0.14 s with one thread; on 2 cores that is wall time
-# taken from a short `logkeeper clean`). An OPENBLAS_NUM_THREADS set by the user wins.
+# takes much more user CPU than with one thread; on 2 cores that is wall time taken from
+# a short `logkeeper clean`; bench/results/design_figures.md: cli, OpenBLAS). An
+# OPENBLAS_NUM_THREADS set by the user wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -35,9 +36,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 def _importing() -> Iterator[None]:
     """Around a command's imports: no garbage collection meanwhile. Importing creates objects by
     the hundred thousand (numpy's and logkeeper's modules, classes, functions) and none of them is
-    garbage, yet each 700 allocations start a collection that walks them: 10-20 ms of the 150-180
-    ms that `logkeeper clean` spends importing (measured here with gc.disable() around the same
-    imports). Collection resumes for the command's work."""
+    garbage, yet each 700 allocations start a collection that walks them, a noticeable part of the
+    time `logkeeper clean` spends importing (bench/results/design_figures.md: cli, imports).
+    Collection resumes for the command's work."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -241,11 +242,13 @@ FINITE_COMMANDS = frozenset({"dump-log", "verify", "recover", "clean", "resolve-
 def main(argv: Sequence[str] | None = None, *, fast_exit: bool = False) -> int:
     """Run one command; its exit code. With ``fast_exit`` (the console script), a finite command
     ends the process itself once its output is flushed, skipping the interpreter's teardown (every
-    module and object freed one by one: 20-30 ms measured, 5-8% of a short `logkeeper clean`)."""
+    module and object freed one by one: a measurable part of a short `logkeeper clean`;
+    bench/results/design_figures.md: cli, teardown)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Only the named command's parser is built: argparse looks each help text up in the locale's
-    # translations (gettext searching its directories, no cache for a miss), 20-odd lookups and
-    # 4-8 ms for all six commands on every start; spark-compact's also imports its module. Help,
+    # translations (gettext searching its directories, no cache for a miss), 20-odd lookups for
+    # all six commands on every start (bench/results/design_figures.md: cli, parser);
+    # spark-compact's also imports its module. Help,
     # and a command that is not one, get every command.
     parser = build_parser(_named_command(argv))
     args = parser.parse_args(argv)

@@ -33,7 +33,7 @@ Deliberate additions (not Kafka's):
   e.g. ``spark-submit ... submit.py`` to reach a cluster), spark.master (local[*]; empty: none
   passed, the command's), timeout.ms (1 h), dirty.bytes.threshold (-1: only logs whose keys
   exceed the offset map; no size was measured where Spark beats the in-process cleaner on 2
-  cores, 8.6-141x slower up to 10M keys / 1.8 GB: bench/results/spark.md), staging.dir (empty:
+  cores: bench/results/spark.md), staging.dir (empty:
   ``.logkeeper-staging`` in each log directory).
 """
 

@@ -282,9 +282,10 @@ class AbstractIndex(ABC, Generic[EntryT]):
         start = self._entries * self.entry_size
         # Written to the file, not stored through the map (which shares its page cache, so it
         # reads the entries at once): on ext4 the first store into a hole of the sparse,
-        # preallocated file faults for 3-6 ms, against 0.1 ms where the page holds data
-        # (measured here), and a bulk append is usually the first write of a new segment's
-        # index (the cleaner's windows, an index rebuild). flush's msync covers these pages.
+        # preallocated file faults far longer than where the page holds data
+        # (bench/results/design_figures.md: index, bulk append), and a bulk append is usually
+        # the first write of a new segment's index (the cleaner's windows, an index rebuild).
+        # flush's msync covers these pages.
         # The blocks are allocated first (``_reserve``), so the map grows over them.
         if packed:  # (a file without a map has no room: refused above)
             fd = os.open(self._path, os.O_RDWR)

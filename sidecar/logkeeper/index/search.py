@@ -4,9 +4,10 @@ pure functions over the bytes of fixed-size, big-endian entries, one field of wh
 Why a struct bisect and not numpy: ``np.searchsorted`` on an ``np.frombuffer`` view of the map
 with a big-endian dtype (``>i4``/``>i8``) byte-swaps -- i.e. copies -- the whole haystack first
 (numpy needs native byte order; the 12-byte time entries are also misaligned), so a lookup costs
-O(n): ~500 us on a full 10 MiB index, against ~3 us for ~20 ``unpack_from`` probes here. A numpy
-view would also export the map's buffer, making ``mmap.close``/remap raise BufferError while any
-view is alive. ``unpack_from`` reads the map in place and holds no export beyond each call.
+O(n), orders of magnitude slower on a full 10 MiB index than ~20 ``unpack_from`` probes here
+(bench/results/design_figures.md: index search). A numpy view would also export the map's
+buffer, making ``mmap.close``/remap raise BufferError while any view is alive. ``unpack_from``
+reads the map in place and holds no export beyond each call.
 
 Search range (Kafka's warm section): when the target is above the entry that starts the last
 ``warm_entries`` entries, only that section is searched, so in-sync lookups keep touching the

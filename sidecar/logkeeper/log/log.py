@@ -59,8 +59,9 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-# LogAppendInfo(...) runs the NamedTuple's generated __new__ (0.3 µs); the append of the common
-# request builds it from the tuple of all its fields in a third of that
+# LogAppendInfo(...) runs the NamedTuple's generated __new__; the append of the common request
+# builds it from the tuple of all its fields, much faster
+# (bench/results/design_figures.md: log, LogAppendInfo)
 _new_tuple = tuple.__new__
 
 
@@ -113,7 +114,9 @@ class Log:
         if max_jitter <= 0:  # the default: no jitter
             return 0
         if self._rng is None:
-            import random  # only with segment.jitter.ms set: 2-3 ms of every process start
+            # only with segment.jitter.ms set: the import costs every process start time
+            # (bench/results/design_figures.md: log, random import)
+            import random
 
             self._rng = random.Random()
         return self._rng.randrange(max_jitter)

@@ -3,11 +3,11 @@ and the read-only mapping of the file's bytes.
 
 Why: a cleaning round reads the same segment several times. The load rebuilds the producer
 state from its batch headers, the cleaner finds the active producers in them, and the offset
-map and the cleaning pass each walk its records. Scanning W1's 118 MB segment for its 2,050
-batch headers takes about 4 ms a time. Mapping it costs more: about 11-17 ms to map its 29,000
-pages (faulted in or populated) and 7 ms to unmap them, every time a reader maps the file anew
-(measured here, 2 cores). Sharing one mapping saved about 35 ms of a 0.25-0.3 s W1 round in a
-fresh process.
+map and the cleaning pass each walk its records. Scanning a segment for its batch headers is
+repeated work; mapping it costs more: faulting in or populating every page of the file, and
+unmapping them, every time a reader maps the file anew. Sharing one mapping avoids mapping and
+unmapping the file on every read, a sizeable part of a W1 round in a fresh process
+(bench/results/design_figures.md: version cache).
 
 A file's bytes at one version never change, so both are kept under the file's *version*: a
 number ``FileRecords`` draws anew from one process-wide counter when it opens the file and after

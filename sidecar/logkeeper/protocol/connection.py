@@ -21,8 +21,8 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    (waiting while the transport's buffer is full: a client that does not read its answers goes
    idle, holding no pool memory), and the next size is read.
 
-So a connection costs its objects (~2 KiB) and at most 8 KiB of read-ahead; the frames of all
-connections together never exceed the pool.
+So a connection costs its objects (their measured size: bench/results/kafka_flood.md) and at
+most 8 KiB of read-ahead; the frames of all connections together never exceed the pool.
 
 TLS: the TCP connection is accepted (and counted against ``kafka.max.connections``) first, then
 upgraded with ``loop.start_tls``, so a flood of handshakes cannot pass the connection limit; a
@@ -71,7 +71,8 @@ SPILL_CHUNK = 4 * 1024
 SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
 # One scratch buffer for every connection's read-ahead: a transport calls get_buffer, fills the
 # buffer and calls buffer_updated in one go on the loop's thread, and buffer_updated copies it out
-# at once, so no connection needs its own (2,000 connections flooding cost 62 MiB with one each).
+# at once, so no connection needs its own (one each made a flood of connections cost far more
+# memory: bench/results/design_figures.md: connection, scratch buffer).
 _SCRATCH = memoryview(bytearray(SPILL_CHUNK))
 SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is broken: close
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)

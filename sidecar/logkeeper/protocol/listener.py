@@ -21,8 +21,8 @@ accepted; Kafka instead leaves it in the accept backlog, which under a flood onl
 pile-up into the kernel and leaves clients hanging), ``kafka.connections.max.idle.ms`` (a sweeper
 closes idle connections), the two byte limits above. Why 128 connections: a sidecar serves the
 containers of its own pod, a client opens 2-4 connections, so 128 is ten times a busy pod; a
-plaintext connection costs ~2 KiB, a TLS one ~0.3 MiB (asyncio's 256 KiB TLS read buffer), so a
-flood at the limit adds at most ~40 MiB (bench/results/kafka_flood.md). With the pool of 100 MiB
+plaintext connection costs little, a TLS one far more (asyncio's 256 KiB TLS read buffer), so the
+limit bounds what a flood adds (the measured costs: bench/results/kafka_flood.md). With the pool of 100 MiB
 the listener's worst case is the process at rest + ~100 MiB of frames + their decoded copies.
 
 A handler's unexpected exception (a bug) is logged with its traceback and closes the connection.

@@ -32,7 +32,8 @@ class TimestampType(IntEnum):
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data``: the CPU's instruction through the compiled kernel, or the
     C-backed ``crc32c`` package on a CPU without it. The package is imported only then: its import
-    reads package metadata (importlib.metadata), about 40 ms at the start of every process."""
+    reads package metadata (importlib.metadata), a noticeable cost at the start of every process
+    (bench/results/design_figures.md: batch, crc32c import)."""
     if HAVE_HW_CRC:
         return int(crc32c_range(np.frombuffer(data, np.uint8), 0, len(data)))
     import crc32c as package

@@ -54,8 +54,9 @@ instead, which the caller applies. Deliberately stricter than Kafka: a key/value
 length below -1 is an InvalidRecordError (Kafka reads any negative length as null).
 
 Compile cost: none with the kernels compiled ahead of time (``make setup``). Under numba's JIT
-(``LOGKEEPER_KERNELS=jit``; bench/bench_walk.py, 2 cores, numba 0.68) the first scan+walk call in
-a fresh process takes ~0.15 s with a warm numba cache and ~1.9 s cold.
+(``LOGKEEPER_KERNELS=jit``) the first scan+walk call in a fresh process compiles or loads the
+kernels, far slower with a cold numba cache than a warm one (bench/bench_walk.py; its figures:
+bench/results/walk.md).
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ REFUSED_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: applicat
                     + str(len(_REFUSED_BODY)).encode() + b"\r\n\r\n" + _REFUSED_BODY)
 # aiohttp stops reading a connection once this many bytes wait, unread, in its request's stream
 # (twice this: its high-water mark). Its default (64 KiB) let a body that the handler does not
-# read yet (waiting for the BodyBudget) hold ~380 KiB per connection; at 32 KiB, ~130 KiB
-# (measured: 200 stalled bodies, +76 MiB and +26 MiB RSS). The rest waits in the kernel.
+# read yet (waiting for the BodyBudget) hold several times more per connection than 32 KiB does
+# (bench/results/design_figures.md: http limits, read buffer). The rest waits in the kernel.
 READ_BUFSIZE = 32 * 1024
 REFUSAL_LOG_INTERVAL_S = 10.0  # a flood is logged once per interval, with the count, not once per connection
 
@@ -226,8 +226,8 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float, sett
     except BaseException:
         # Drop what was read before anything keeps this frame: aiohttp stores the hang-up's
         # exception in the request's stream, and its traceback holds this frame, chunks
-        # included, until a full garbage collection (measured: ~1 MiB per hung-up body kept,
-        # RSS growing by ~180 MiB per flood of 200 bodies).
+        # included, until a full garbage collection: the RSS grew flood after flood
+        # (bench/results/design_figures.md: http limits, hung-up bodies).
         chunks.clear()
         if budget is not None and reserved is not None:
             budget.release(sum(reserved))  # nothing of the body is held any more
@@ -243,7 +243,8 @@ def _body_error(request: web.Request, got: int, declared: int | None, timeout_s:
     if isinstance(exc, (TimeoutError, ConnectionError, HttpProcessingError)):
         # replaced by the answer below; aiohttp keeps a hang-up's exception in the request's
         # stream: without its traceback, stream, request and frames are freed when the connection
-        # is, not at the next full garbage collection (~100 KiB a connection otherwise, measured)
+        # is, not at the next full garbage collection (bench/results/design_figures.md: http
+        # limits, tracebacks)
         exc.__traceback__ = None
     if isinstance(exc, TimeoutError):
         log.warning("%s %s: the body did not arrive within http.body.timeout.ms (%d of %s bytes in %.1f s): "
