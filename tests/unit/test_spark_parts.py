@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from logkeeper.cleaner.exact import ExactDecisions
+from logkeeper.cleaner.exact import ExactDecisions, sorted_unique
 from logkeeper.cleaner.grouping import group_segments_by_size
 from logkeeper.cli import build_parser
 from logkeeper.cli import main as cli_main
@@ -85,6 +85,17 @@ def test_exact_decisions_validate_their_arrays() -> None:
         ExactDecisions(10, 0, np.array([1, 2], dtype=np.int32), np.zeros(0, dtype=np.int64))
     d = ExactDecisions.of(99, 50, [70, 60, 60, 90], [10, 5])
     assert d.kept.tolist() == [60, 70, 90] and d.superseded.tolist() == [5, 10]
+
+
+def test_sorted_unique_is_np_unique() -> None:
+    rng = np.random.default_rng(5)
+    for values in ([], [7], [3, 3, 3], rng.integers(-50, 50, 1000), rng.integers(0, 1 << 62, 5000),
+                   np.arange(10, dtype=np.int32)):
+        got = sorted_unique(values)
+        assert got.dtype == np.int64 and got.tolist() == np.unique(np.asarray(values, dtype=np.int64)).tolist()
+    source = np.array([2, 1, 2], dtype=np.int64)
+    sorted_unique(source)
+    assert source.tolist() == [2, 1, 2]  # the caller's array is left as it was
 
 
 def test_extract_keys_reads_every_keyed_data_record_and_skips_control_and_listed_batches(tmp_path: Path) -> None:

@@ -57,5 +57,18 @@ class ExactDecisions:
     def of(cls, latest_offset: int, first_dirty_offset: int, kept: npt.ArrayLike = (),
            superseded: npt.ArrayLike = ()) -> ExactDecisions:
         """From unsorted offsets (sorted and de-duplicated here)."""
-        return cls(latest_offset, first_dirty_offset, np.unique(np.asarray(kept, dtype=np.int64)),
-                   np.unique(np.asarray(superseded, dtype=np.int64)))
+        return cls(latest_offset, first_dirty_offset, sorted_unique(kept), sorted_unique(superseded))
+
+
+def sorted_unique(values: npt.ArrayLike) -> I64:
+    """``values`` as int64, sorted, each once. Not np.unique: since numpy 2.3 it first collects
+    the distinct values in a hash table (then sorts them), which on millions of offsets costs many
+    times a plain sort (bench/results/design_figures.md: exact decisions); a sort in place and a
+    mask of the first of each run is all this needs."""
+    out = np.array(values, dtype=np.int64)  # a copy: sorted in place
+    if out.ndim != 1:
+        out = out.reshape(-1)
+    out.sort()
+    if out.size > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
