@@ -12,7 +12,11 @@ One exact round over a partition's dirty section, in three stages:
    bits, the group that holds it. When the round has a clean section (the log start below
    the first dirty offset), its records are left-semi-joined with the dirty keys: those are
    superseded;
-3. rewrite (Spark): the decisions are repartitioned so that each task gets whole groups, one
+3. rewrite (Spark): the decisions leave the aggregate packed: a Python worker per partition
+   (``mapInArrow``, _pack) splits the offsets by group and emits each group's as one binary
+   value of int64s (a row a group and PACK_OFFSETS offsets, not a row an offset: the second
+   shuffle and the grouping sort then move a few rows instead of one per key). They are
+   repartitioned so that each task gets whole groups, one
    task a group up to 8 a core, the biggest first (partitioning.py: Spark's own hash
    partitioning, steered, not groupBy's hash buckets that adaptive execution coalesces), and
    grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned``
@@ -46,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -66,6 +71,10 @@ SUPERSEDED = 1
 SENTINEL = 2
 GROUP_MASK = (1 << GROUP_BITS) - 1
 PROGRESS_INTERVAL_S = 1.0
+# offsets in one packed row (64 MiB of int64s): well under the 2 GiB an Arrow binary column holds
+# in a batch, and what a partition's worker keeps in memory before it emits them
+PACK_OFFSETS = 8 * 1024 * 1024
+PACKED = "g int, t byte, o binary"
 
 
 # ---------------------------------------------------------------------------------------------- session
@@ -182,10 +191,15 @@ def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], done: tuple[A
 def _rewrite(plan: CompactionPlan, out_dir: str, done: tuple[Any, Any, Any], key: tuple[Any, ...],
              table: pa.Table) -> pa.Table:
     g = int(key[1].as_py())  # key: (the task's partition key b, the group)
-    kinds = table.column("t").to_numpy()
-    offsets = table.column("o").to_numpy().astype(np.int64)
-    kept = offsets[kinds == KEPT]
-    decisions = ExactDecisions.of(plan.latest_offset, plan.first_dirty_offset, kept, offsets[kinds == SUPERSEDED])
+    kinds = table.column("t").to_pylist()
+    packed = table.column("o").to_pylist()
+
+    def offsets_of(kind: int) -> npt.NDArray[np.int64]:
+        parts = [np.frombuffer(b, dtype=np.int64) for t, b in zip(kinds, packed) if t == kind and b]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    kept = offsets_of(KEPT)
+    decisions = ExactDecisions.of(plan.latest_offset, plan.first_dirty_offset, kept, offsets_of(SUPERSEDED))
     out = rewrite_group(plan, g, decisions, Path(out_dir))
     maybe_kill_group("group-written")
     maybe_fail_task("group-written")
@@ -220,12 +234,45 @@ def _keys_frame(spark: SparkSession, plan: CompactionPlan, side: int, done: tupl
     return spark.range(0, len(ids), 1, slices).mapInArrow(fn, "k binary, p long")
 
 
+def _pack(kind: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A partition's packed offsets (column 0: offset << GROUP_BITS | group): per group, rows of
+    (g, kind, up to PACK_OFFSETS offsets as native int64 bytes)."""
+    held: list[npt.NDArray[np.int64]] = []
+    count = 0
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        p = np.concatenate(held)
+        held.clear()
+        groups = (p & GROUP_MASK).astype(np.int32)
+        order = np.argsort(groups, kind="stable")
+        offsets = (p >> GROUP_BITS)[order]
+        ends = np.cumsum(np.bincount(groups))
+        starts = ends - np.bincount(groups)
+        present = np.flatnonzero(ends > starts)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(present.astype(np.int32), pa.int32()), pa.array(np.full(present.size, kind, np.int8), pa.int8()),
+             pa.array([offsets[starts[g]:ends[g]].tobytes() for g in present.tolist()], pa.binary())],
+            names=["g", "t", "o"])
+
+    for batch in batches:
+        col = batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        held.append(col)
+        count += col.size
+        if count >= PACK_OFFSETS:
+            yield from flush()
+            count = 0
+    if count:
+        yield from flush()
+
+
 def _decisions(spark: SparkSession, plan: CompactionPlan, done: tuple[Any, Any], p: str = "p") -> DataFrame:
     def split(df: DataFrame, kind: int) -> DataFrame:
-        return df.select(F.col(p).bitwiseAND(GROUP_MASK).cast("int").alias("g"),
-                         F.shiftright(F.col(p), GROUP_BITS).alias("o"), F.lit(kind).cast("byte").alias("t"))
+        return df.select(p).mapInArrow(functools.partial(_pack, kind), PACKED)
 
-    sentinels = spark.createDataFrame([(g.index, -1, SENTINEL) for g in plan.groups], "g int, o long, t byte")
+    # a row per group (indexes 0..n-1), so that a group none of whose keys won still gets its
+    # rewrite task; from range: createDataFrame of a list infers and converts in the driver
+    sentinels = spark.range(len(plan.groups)).select(
+        F.col("id").cast("int").alias("g"), F.lit(SENTINEL).cast("byte").alias("t"), F.lit(b"").alias("o"))
     dirty = _keys_frame(spark, plan, DIRTY, done)
     if dirty is None:
         return sentinels
