@@ -1,17 +1,18 @@
 """Compiled kernels without numba at run time: one source, compiled ahead of time or just in time.
 
 Why: the kernels (record walks, CRC, the cleaner's map and filter) are numba functions. Importing
-numba and loading its cached machine code costs 0.6-0.8 s in every fresh process — more than a
-``logkeeper clean`` of a 118 MB log takes. So ``make setup`` (and the image build) compiles every
-kernel that Python calls into an extension module (``python -m logkeeper.aot.build``, numba's
-ahead-of-time compiler), and a process that finds it current never imports numba.
+numba and loading its cached machine code in every fresh process costs more than a ``logkeeper
+clean`` of a 118 MB log takes (bench/results/design_figures.md: aot, numba import). So ``make
+setup`` (and the image build) compiles every kernel that Python calls into an extension module
+(``python -m logkeeper.aot.build``, numba's ahead-of-time compiler), and a process that finds it
+current never imports numba.
 
 The module is built twice, for two levels of the x86-64 instruction set (:data:`VARIANTS`):
 ``_kernels_v3`` (AVX2 and BMI2: every x86-64 server CPU since 2013-2015) and ``_kernels_v2``
 (SSE4.2, for the CRC instruction: since about 2009). A process loads the first one its CPU can
-run. The newer level is worth its build: the same kernels run about 1.4x faster there (the
-offset-map kernel on a 16 MB window of W1: 0.24 ms against 0.34, on this project's AMD EPYC
-host), which numba's JIT, compiling for the host CPU, also reaches.
+run. The newer level is worth its build: the same kernels run faster there
+(bench/results/design_figures.md: aot, x86-64-v3), as fast as numba's JIT, compiling for the
+host CPU, makes them.
 
 Kernel modules mark their functions with :func:`kernel` instead of ``numba.njit``:
 
@@ -23,13 +24,13 @@ Kernel modules mark their functions with :func:`kernel` instead of ``numba.njit`
 - ``@kernel("...", nrt=False)``: compiled without numba's reference counting, for a kernel that
   creates no array. Numba counts references to the arrays a kernel passes around, and where a
   helper taking an array is inlined into a loop that is an atomic increment and decrement each
-  time round (per record in the append check: about 0.25 µs a 16 KiB batch). A kernel that
+  time round (per record in the append check; bench/results/design_figures.md: aot, nrt). A kernel that
   creates an array does not compile this way (numba refuses), so the flag cannot be wrong
   silently.
 
 A hot path that built its arguments itself (say ``np.frombuffer`` of the bytes it checked) may
-call :func:`unchecked` of a kernel: the compiled function without the guard's checks (about
-0.35 µs a call). Everything else calls the guarded name.
+call :func:`unchecked` of a kernel: the compiled function without the guard's checks (what
+they cost a call: bench/results/design_figures.md: aot, guard). Everything else calls the guarded name.
 
 Which mode a process runs in (:func:`mode`): ``LOGKEEPER_KERNELS=jit`` forces numba's JIT (with
 its on-disk cache); ``aot`` requires a compiled module and fails naming why it cannot be used;

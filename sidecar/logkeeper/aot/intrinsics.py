@@ -67,7 +67,8 @@ def prefetch_row(typingctx, arr, row):  # type: ignore[no-untyped-def]
     """A hint to bring row ``row`` of a 2-D C-contiguous array into the cache for writing (no
     fault on a bad address; nothing happens on a CPU that ignores it). Both ends of the row are
     prefetched: a 24-byte row of the offset map straddles two cache lines one time in three, and
-    prefetching only its first line left the map kernel 15% slower on W1 (49 against 57 ms)."""
+    prefetching only its first line left the map kernel slower on W1
+    (bench/results/design_figures.md: aot, prefetch_row)."""
     sig = types.void(arr, row)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]

@@ -5,8 +5,9 @@ u1 u4 u8 b`` (int8 ... uint64, bool); ``X[]`` a 1-D and ``X[][]`` a 2-D C-contig
 the result is one of those, ``none``, or a tuple of them in parentheses.
 
 An argument may also be ``bytes``: a Python ``bytes`` object, read by the kernel as a read-only
-1-D uint8 array. It saves the caller an ``np.frombuffer`` (about 0.4 µs, as much as the rest of
-a call) on a hot path whose data arrives as ``bytes`` (a produce request's records).
+1-D uint8 array. It saves the caller an ``np.frombuffer`` (which costs about as much as the rest
+of a call: bench/results/design_figures.md: aot, bytes arguments) on a hot path whose data arrives
+as ``bytes`` (a produce request's records).
 """
 
 from __future__ import annotations

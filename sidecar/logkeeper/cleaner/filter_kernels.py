@@ -24,8 +24,8 @@ offset of its key was put). Any other record's key is hashed in phase 1 and prob
 
 Before walking a batch it checks the batch's CRC (CRC-32C of bytes 21..size, against the stored
 one), every batch of the window, deleted ones too: a mismatch stops the window with ``ERR_CRC``.
-Checked here rather than in a pass of its own, the batch is then in the cache for its walk: the
-two passes over a W1 round's 118 MB took 34 ms, against 28 ms as one (measured here).
+Checked here rather than in a pass of its own, the batch is then in the cache for its walk: one
+pass is faster than two over the same bytes (bench/results/design_figures.md: filter kernels).
 
 Per batch it returns records read, records kept, whether a kept record is a tombstone, the
 largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the

@@ -11,9 +11,9 @@ Only the puts depend on what came before, so map_builder.py hashes windows ahead
 thread while the cleaner's thread puts them in order (and, rather than wait, hashes one itself:
 cleaner/ahead.py). The puts themselves prefetch
 the home slot of the row ``PREFETCH_ROWS`` ahead: it arrives while the rows before it are put.
-Measured on W1's 1M records here (alternating runs): one loop that hashed a batch, prefetched
-its slots and put them took 49-52 ms; the two steps one after the other 35-36 ms, and on two
-threads 27-29 ms.
+The two steps one after the other are faster than one loop that hashed a batch, prefetched its
+slots and put them, and faster again on two threads (bench/results/design_figures.md: map
+kernel).
 
 Each batch row has a record area, in the segment's mapped bytes or, for a compressed batch, in
 ``dbuf`` (its decompressed records), and a mode:

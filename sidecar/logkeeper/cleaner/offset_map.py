@@ -30,8 +30,9 @@ Unlike Kafka, the table is not always allocated at full capacity. ``prepare(max_
   is under two thirds of the capacity, so the old and the new table together never exceed
   ``capacity_slots * 24`` bytes, and the keys that can arrive never fill it past 70%.
 
-A small dirty section thus probes a small, cache-resident table (1M records with 100k keys:
-36 ms of inserts in a 256k-slot table against 140 ms in a 5.6M-slot one, measured here).
+A small dirty section thus probes a small, cache-resident table, where its inserts run much
+faster than in a table of full capacity (bench/results/design_figures.md: offset map, growing
+table).
 
 A fresh random SipHash secret is drawn on every ``clear``.
 
@@ -146,7 +147,8 @@ def map_put(table, h1, h2, offset):  # type: ignore[no-untyped-def]
 @kernel("i8[][], i8[][] -> none", nrt=False)
 def _rehash(old, new):  # type: ignore[no-untyped-def]
     """Every entry of ``old`` put into the empty table ``new``. The new slots are random: each is
-    prefetched a few entries ahead (a W1 round's two grows: 9 ms of main-thread time before)."""
+    prefetched a few entries ahead, which shortens the main thread's time in a round's grows
+    (bench/results/design_figures.md: offset map, rehash)."""
     slots = new.shape[0]
     for i in range(slots):
         new[i, 2] = EMPTY

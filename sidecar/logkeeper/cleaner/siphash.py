@@ -24,9 +24,9 @@ Algorithm (all words uint64, little-endian; ``rotl`` rotates left)::
 
 ``compression_rounds``/``final_rounds`` of 2 and 4 give the reference SipHash-2-4 (its published
 test vectors check this code); the map uses 1 and 3. ``key_hash`` is inlined into the map's and the
-cleaner's kernels with those rounds as constants, reading 8-byte words with one load each: about
-5 ns for an 8-byte key, against 30 ns called out of line with the word assembled from 8 byte
-loads (measured on 1M keys, 2 cores, AMD EPYC).
+cleaner's kernels with those rounds as constants, reading 8-byte words with one load each: much
+faster than called out of line with the word assembled from 8 byte loads
+(bench/results/design_figures.md: siphash).
 """
 
 from __future__ import annotations

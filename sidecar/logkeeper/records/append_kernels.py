@@ -1,11 +1,11 @@
 """The compiled check of one batch of an append request: header, CRC and records in one call.
 
-Why one call: an append of a 16 KiB batch costs about 12 µs of ``write``; parsing the header
-in Python, a call of the ``crc32c`` package and the record walk as three steps cost as much
-again. Here the header is read, the CRC computed (``crc_kernels.crc32c_any``: three chains of
-the CRC instruction) and the records walked (``scan_kernels.check_records``, the loop of
-``check_kernel``) in one ``nogil`` call, which answers with a code and the few numbers the
-caller needs.
+Why one call: parsing the header in Python, a call of the ``crc32c`` package and the record walk
+as three steps cost about as much again as the ``write`` of the batch itself
+(bench/results/design_figures.md: append kernels). Here the header is read, the CRC computed
+(``crc_kernels.crc32c_any``: three chains of the CRC instruction) and the records walked
+(``scan_kernels.check_records``, the loop of ``check_kernel``) in one ``nogil`` call, which
+answers with a code and the few numbers the caller needs.
 
 ``check_plain`` is the same check of the common produce request (one uncompressed CreateTime
 batch of no producer), taken as ``bytes`` and with the few checks of its shape that Python made

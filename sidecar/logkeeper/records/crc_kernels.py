@@ -7,7 +7,7 @@ one compiled ``nogil`` call.
 CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) as Kafka uses it: start from 0xFFFFFFFF,
 update over the bytes, invert at the end. The instruction does the update 8 bytes at a time
 with a 3-cycle latency, so three batches are checked at once as three independent chains
-(about 18 GB/s on one core here, against about 8 GB/s through the package). One long range is
+(faster than through the package: bench/results/design_figures.md: crc kernels). One long range is
 cut in three parts run as three chains too, joined with zlib's crc32_combine arithmetic.
 
 ``HAVE_HW_CRC`` is False on CPUs without SSE4.2 (or not x86-64); callers then use the
@@ -103,7 +103,7 @@ def _x8n(n):  # type: ignore[no-untyped-def]
 def _shift_tables() -> tuple[np.ndarray, np.ndarray]:
     """x^(8 * 8j) and x^(8 * 512i) mod P(x) for i, j < 64: the shift of a part of n bytes
     (a multiple of 8 below 32 KiB) is one product of two entries, where ``_x8n`` multiplies once
-    per set bit of n (six times for a 16 KiB batch, 0.15 µs of its 1 µs CRC)."""
+    per set bit of n (six times for a 16 KiB batch; bench/results/design_figures.md: crc kernels)."""
     low, high = [0x80000000], [0x80000000]  # x^0
     for _ in range(63):
         low.append(_mult_py(low[-1], int(_X2N[6])))  # times x^64: 8 more bytes
@@ -112,7 +112,8 @@ def _shift_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 # Read only where numba compiles kernels (the compiled module holds them as constants): a
-# process running the compiled module does not spend the 1 ms they take.
+# process running the compiled module does not spend the time they take to compute
+# (bench/results/design_figures.md: crc kernels).
 _SHIFT_8, _SHIFT_512 = _shift_tables() if aot.mode() == "jit" else (_X2N[:0], _X2N[:0])
 _SHIFT_TABLE_BYTES = 64 * 512
 

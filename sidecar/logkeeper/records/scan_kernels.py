@@ -388,7 +388,8 @@ def walk_kernel(  # type: ignore[no-untyped-def]
     record of every area; returns (error code, position, area row, detail, rows written).
 
     The columns are allocated by numpy in the wrapper rather than here: numpy's allocator asks
-    for transparent huge pages on large arrays, which saved ~12 ms of page faults per 1M records.
+    for transparent huge pages on large arrays, which saves page faults
+    (bench/results/design_figures.md: scan kernels).
     """
     err = ERR_NONE
     err_pos = np.int64(0)
