@@ -114,11 +114,9 @@ class SidecarSpec:
 
 
 # Spark's scratch space (the Job's /tmp: SPARK_LOCAL_DIRS' shuffle and spill files) per byte of the
-# partition handed off. Measured: `logkeeper spark-compact --master local[2]` on bench_spark.py's
-# backlogs (300k and 1M distinct 8-byte keys in 1.5x as many records of 100-byte values: 53 MB and
-# 177 MB of .log), sampling `du` of SPARK_LOCAL_DIRS every 0.2 s: peaks of 1.7 MB (0.03x) and 20 MB
-# (0.11x; docs/operator.md "Spark scratch"). The job shuffles keys and offsets, not records (about
-# 14 bytes a record), so the share grows as records shrink: 0.5 covers records down to ~30 bytes;
+# partition handed off, from the peaks of SPARK_LOCAL_DIRS measured on bench_spark.py's backlogs
+# (bench/results/design_figures.md: spark scratch). The job shuffles keys and offsets, not records
+# (about 14 bytes a record), so the share grows as records shrink: 0.5 covers records down to ~30 bytes;
 # the staged output (0.7-0.8x) goes to the volume, not here. SCRATCH_MIN_BYTES covers the JVM's
 # and Python's own files. Override: spec.spark.scratch (size, factor, or a storage class).
 SCRATCH_FACTOR = 0.5

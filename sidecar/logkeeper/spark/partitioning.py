@@ -2,8 +2,7 @@
 
 The keys stage: one task per chunk when the chunks are big (a chunk is at most --chunk-bytes,
 64 MiB by default), but small chunks share tasks, down to ``TASKS_PER_CORE`` x the cores: a Spark
-task costs 0.1-0.4 s on 2 loaded cores (measured: 48 one-chunk tasks of 1 KB took 20 task-seconds)
-whatever it reads.
+task has a fixed cost whatever it reads (bench/results/design_figures.md: spark partitioning).
 
 The rewrite stage: the groups are packed into ``rewrite_slots`` bins by their bytes (largest
 first into the lightest bin, bin 0 first: Spark starts a stage's tasks in partition order, so
