@@ -150,9 +150,11 @@ def test_hand_off_volume_is_named_by_the_position_of_its_log_dir() -> None:
     assert reconcile.volume_of(spec, dirs[:1], "/mnt/a/log") is None  # an old config: a dir short
 
 
-def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.MonkeyPatch) -> None:
+def compaction_setup(monkeypatch: pytest.MonkeyPatch,
+                     body: dict[str, Any]) -> tuple[FakeKube, FakeSidecar, dict[str, Any]]:
+    """The LogVolume ``body`` applied with its pod running, a sidecar with a hand-off, and a new
+    CompactionJob of that hand-off."""
     kube = FakeKube()
-    body = lv_body()
     reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
     kube.objects[("LogVolume", "ns", "orders")] = body
     running_pod(kube)
@@ -162,6 +164,11 @@ def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.Monke
                           "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
                                    "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
                                    "staging": ARGS[6], "maxAttempts": 2, "timeoutSeconds": 60}, "status": {}}
+    return kube, fake, cj
+
+
+def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, fake, cj = compaction_setup(monkeypatch, lv_body())
     tick = jobs.drive_compaction(kube, cj, now_s=100.0)  # type: ignore[arg-type]
     assert tick.step.kind == "submit" and tick.status["phase"] == "Running" and tick.status["submissionId"] == "cj-a1"
     assert kube.objects[("Job", "ns", "cj-a1")]["spec"]["template"]["spec"]["containers"][0]["command"] == \
@@ -188,17 +195,8 @@ def test_compaction_job_runs_until_the_sidecar_swapped(monkeypatch: pytest.Monke
 
 def test_kubernetes_mode_admits_the_jobs_spark_traffic_before_the_driver_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    kube = FakeKube()
-    body = lv_body(spark={"mode": "kubernetes", "serviceAccountName": "spark"})
-    reconcile.apply_logvolume(kube, body)  # type: ignore[arg-type]
-    kube.objects[("LogVolume", "ns", "orders")] = body
-    running_pod(kube)
-    fake = FakeSidecar(sidecar_doc(backlog=True, offload=hand_off()), [])
-    monkeypatch.setattr(reconcile, "SidecarClient", lambda url, token: fake)
-    cj: dict[str, Any] = {"metadata": {"name": "cj", "namespace": "ns", "uid": "c1", "generation": 1},
-                          "spec": {"logVolume": "orders", "topic": "t", "partition": 0, "volumeId": "d0",
-                                   "logDir": "/data/d0/log", "handOff": "0123456789ab", "args": ARGS,
-                                   "staging": ARGS[6], "maxAttempts": 2, "timeoutSeconds": 60}, "status": {}}
+    k8s = {"mode": "kubernetes", "serviceAccountName": "spark"}
+    kube, _fake, cj = compaction_setup(monkeypatch, lv_body(spark=k8s))
     assert jobs.drive_compaction(kube, cj, now_s=100.0).step.kind == "submit"  # type: ignore[arg-type]
     policy = kube.objects[("NetworkPolicy", "ns", "cj-spark")]
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "c1"  # deleted with the CompactionJob
