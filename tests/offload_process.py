@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,32 +145,29 @@ def assert_consistent_after_kill(w: Workload) -> str:
     return state
 
 
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid``."""
-    out = []
+def _proc_files(name: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, contents of /proc/<pid>/<name>) of every process, skipping those that exit meanwhile."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            data = Path(f"/proc/{entry}/{name}").read_bytes()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
+        yield int(entry), data
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    out = []
+    for pid, stat in _proc_files("stat"):
+        fields = stat.decode(errors="replace").rsplit(")", 1)[1].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
+            out.append(pid)
     return out
 
 
 def job_pids(staging_fragment: str) -> list[int]:
     """Processes whose command line names ``staging_fragment`` (a hand-off's staging directory)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if staging_fragment in cmdline:
-            out.append(int(entry))
-    return out
+    return [pid for pid, cmdline in _proc_files("cmdline")
+            if staging_fragment in cmdline.replace(b"\0", b" ").decode(errors="replace")]

@@ -469,30 +469,28 @@ class Log:
             active = self.segments.last
             for segment in self.segments.values():
                 segment.close(sync=sync_indexes and segment is active)
-            for _when, segments in self._pending_deletes:
-                for segment in segments:
-                    segment.close_handlers()
+            for segment in self._segments_pending_delete():
+                segment.close_handlers()
             self.closed = True
 
     def close_handlers(self) -> None:
         """Release the files without writing anything (its log directory failed)."""
         with self._lock:
-            for segment in self.segments.values():
+            for segment in [*self.segments.values(), *self._segments_pending_delete()]:
                 segment.close_handlers()
-            for _when, segments in self._pending_deletes:
-                for segment in segments:
-                    segment.close_handlers()
             self.closed = True
+
+    def _segments_pending_delete(self) -> list[LogSegment]:
+        """The segments already out of the log whose files wait for file.delete.delay.ms: closing
+        or deleting the log releases or removes them too."""
+        return [segment for _when, segments in self._pending_deletes for segment in segments]
 
     def delete(self) -> None:
         """Remove every file of the log and its directory."""
         with self._lock:
             self.close()
-            for segment in self.segments.values():
+            for segment in [*self.segments.values(), *self._segments_pending_delete()]:
                 segment.delete_if_exists()
-            for _when, segments in self._pending_deletes:
-                for segment in segments:
-                    segment.delete_if_exists()
             self._pending_deletes = []
             for path in self.dir.iterdir():
                 path.unlink()

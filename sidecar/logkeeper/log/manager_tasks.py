@@ -28,13 +28,14 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
 from ..errors import KafkaStorageError, UnknownPartitionError
 from ..fileio import fsync_dir
+from .checkpoint import OffsetCheckpointFile
 from .cleaner_hooks import CleanerHooks
 from .log import Clock, Log
 from .log_config import LogConfig
@@ -172,22 +173,21 @@ class ManagerTasks:
             self.checkpoint_start_offsets_in_dir(d)
 
     def checkpoint_recovery_points_in_dir(self, d: LogDir) -> None:
-        if not d.online:
-            return
-        logs = self._m.logs_in_dir(d)
-        try:
-            with self._m.io_guard(d, "writing the recovery point checkpoint"):
-                d.recovery_point_checkpoint.write(recovery_points(logs, d))
-        except KafkaStorageError:
-            pass
+        self._write_checkpoint(d, d.recovery_point_checkpoint, "recovery point", recovery_points)
 
     def checkpoint_start_offsets_in_dir(self, d: LogDir) -> None:
+        self._write_checkpoint(d, d.log_start_offset_checkpoint, "log start offset", log_start_offsets)
+
+    def _write_checkpoint(self, d: LogDir, checkpoint: OffsetCheckpointFile, what: str,
+                          offsets: _CheckpointOffsets) -> None:
+        """Write one of the directory's offset checkpoints (``offsets`` computes it from the dir's logs).
+        An I/O failure has already taken the directory offline (io_guard), so it is not raised here."""
         if not d.online:
             return
         logs = self._m.logs_in_dir(d)
         try:
-            with self._m.io_guard(d, "writing the log start offset checkpoint"):
-                d.log_start_offset_checkpoint.write(log_start_offsets(logs, d))
+            with self._m.io_guard(d, f"writing the {what} checkpoint"):
+                checkpoint.write(offsets(logs, d))
         except KafkaStorageError:
             pass
 
@@ -236,6 +236,10 @@ class ManagerTasks:
         next_ms = min(pending) if pending else max(delay_ms, 1)
         if not self._m.is_stopping:
             self._m.scheduler.schedule_once(DELETE_LOGS, self.delete_logs, max(next_ms, 0))
+
+
+# what a directory's offset checkpoint holds, from the logs loaded in it (recovery_points, log_start_offsets)
+_CheckpointOffsets = Callable[[Mapping[TopicPartition, Log], LogDir], dict[TopicPartition, int]]
 
 
 def recovery_points(logs: Mapping[TopicPartition, Log], d: LogDir) -> dict[TopicPartition, int]:
