@@ -204,6 +204,14 @@ def _required(spec: Mapping[str, Any], key: str) -> Any:
     return spec[key]
 
 
+def _choice(value: Any, where: str, allowed: tuple[str, ...], default: str) -> str:
+    """An enumerated string field: absent or empty is ``default``."""
+    choice = _str(value, where) or default
+    if choice not in allowed:
+        raise SpecError(where, f"must be one of {', '.join(allowed)}, got {choice!r}")
+    return choice
+
+
 def _bool(value: Any, where: str, default: bool) -> bool:
     if value is None:
         return default
@@ -305,9 +313,7 @@ def _kafka_security(raw: Any, settings: Mapping[str, Any], where: str) -> KafkaS
     users_key = _secret_ref(k.get("usersKey"), f"{where}.usersKey", _SECRET_KEY, key_rule) or KAFKA_USERS_KEY
     tls = _secret_ref(k.get("tlsSecret"), f"{where}.tlsSecret", _SECRET_NAME, name_rule)
     password_key = _secret_ref(k.get("keyPasswordKey"), f"{where}.keyPasswordKey", _SECRET_KEY, key_rule)
-    client_auth = _str(k.get("clientAuth"), f"{where}.clientAuth") or "none"
-    if client_auth not in CLIENT_AUTH:
-        raise SpecError(f"{where}.clientAuth", f"must be one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
+    client_auth = _choice(k.get("clientAuth"), f"{where}.clientAuth", CLIENT_AUTH, "none")
     protocols = {parse_kafka_listener(str(a))[0] for a in settings.get("kafka.listen") or []}
     listen = where.rpartition(".")[0] + ".settings.kafka.listen"
     if protocols & SASL_PROTOCOLS and users is None:
@@ -333,9 +339,7 @@ def _kafka_security(raw: Any, settings: Mapping[str, Any], where: str) -> KafkaS
 def _sidecar(raw: Any, default_image: str) -> SidecarSpec:
     where = "spec.sidecar"
     s = _mapping(raw, where)
-    pull = _str(s.get("imagePullPolicy"), f"{where}.imagePullPolicy") or "IfNotPresent"
-    if pull not in PULL_POLICIES:
-        raise SpecError(f"{where}.imagePullPolicy", f"must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
+    pull = _choice(s.get("imagePullPolicy"), f"{where}.imagePullPolicy", PULL_POLICIES, "IfNotPresent")
     for key in _mapping(s.get("settings"), f"{where}.settings"):
         if key in KAFKA_SECURITY_KEYS:
             raise SpecError(f"{where}.settings.{key}", f"is set by the operator from {where}.kafkaSecurity (the "
@@ -356,9 +360,7 @@ def _sidecar(raw: Any, default_image: str) -> SidecarSpec:
 def _spark(raw: Any, sidecar_image: str) -> SparkSpec:
     where = "spec.spark"
     s = _mapping(raw, where)
-    mode = _str(s.get("mode"), f"{where}.mode") or "local"
-    if mode not in SPARK_MODES:
-        raise SpecError(f"{where}.mode", f"must be one of {', '.join(SPARK_MODES)}, got {mode!r}")
+    mode = _choice(s.get("mode"), f"{where}.mode", SPARK_MODES, "local")
     master = _str(s.get("master"), f"{where}.master") or ("local[*]" if mode == "local" else DEFAULT_K8S_MASTER)
     if mode == "local" and not master.startswith("local"):
         raise SpecError(f"{where}.master", f"mode local runs Spark in the Job's pod: use local[N] or local[*], "
@@ -412,25 +414,25 @@ def _containers(raw: Any) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
+def _bounded_and_unique(field_name: str, keys: list[str], most: int, key_field: str, twice: str) -> None:
+    """spec.<field_name> holds at most ``most`` items, whose ``key_field`` (``keys``, in order) differ:
+    the second item of a repeated key is named, ``twice`` (a format of the key) says why."""
+    if len(keys) > most:
+        raise SpecError(f"spec.{field_name}", f"at most {most} {field_name}, got {len(keys)}")
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise SpecError(f"spec.{field_name}[{i}].{key_field}", twice.format(key))
+
+
 def parse_logvolume(spec: Mapping[str, Any], default_image: str = DEFAULT_IMAGE) -> LogVolumeSpec:
     """The LogVolume's spec, validated (SpecError names the first bad field)."""
     spec = _mapping(spec, "spec")
     volumes = tuple(_volume(i, v) for i, v in enumerate(_list(spec.get("volumes"), "spec.volumes")))
     if not volumes:
         raise SpecError("spec.volumes", "needs at least one volume (each is one log directory)")
-    if len(volumes) > MAX_VOLUMES:
-        raise SpecError("spec.volumes", f"at most {MAX_VOLUMES} volumes, got {len(volumes)}")
-    ids = [v.id for v in volumes]
-    for i, vid in enumerate(ids):
-        if vid in ids[:i]:
-            raise SpecError(f"spec.volumes[{i}].id", f"{vid!r} is used twice")
+    _bounded_and_unique("volumes", [v.id for v in volumes], MAX_VOLUMES, "id", "{!r} is used twice")
     topics = tuple(_topic(i, t) for i, t in enumerate(_list(spec.get("topics"), "spec.topics")))
-    if len(topics) > MAX_TOPICS:
-        raise SpecError("spec.topics", f"at most {MAX_TOPICS} topics, got {len(topics)}")
-    tnames = [t.name for t in topics]
-    for i, name in enumerate(tnames):
-        if name in tnames[:i]:
-            raise SpecError(f"spec.topics[{i}].name", f"topic {name!r} is declared twice")
+    _bounded_and_unique("topics", [t.name for t in topics], MAX_TOPICS, "name", "topic {!r} is declared twice")
     ref = _mapping(spec.get("cleanerPolicyRef"), "spec.cleanerPolicyRef")
     policy = _str(ref.get("name"), "spec.cleanerPolicyRef.name", required=bool(ref))
     if policy is not None and spec.get("cleaner"):

@@ -144,19 +144,22 @@ def _add_verify(sub: Any) -> None:
     v.set_defaults(func=_cmd_verify)
 
 
+def _add_config_overrides(parser: Any, help_text: str) -> None:
+    """The repeatable ``--config KEY=VALUE`` of the commands that work on a log dir (recover, clean)."""
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
 def _add_recover(sub: Any) -> None:
     r = sub.add_parser("recover", help="recover every partition as after an unclean shutdown")
     r.add_argument("log_dir", metavar="LOG_DIR")
-    r.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a topic config the rebuilt indexes follow, e.g. index.interval.bytes=4096")
+    _add_config_overrides(r, "a topic config the rebuilt indexes follow, e.g. index.interval.bytes=4096")
     r.set_defaults(func=_cmd_recover)
 
 
 def _add_clean(sub: Any) -> None:
     c = sub.add_parser("clean", help="compact every partition until nothing is cleanable")
     c.add_argument("log_dir", metavar="LOG_DIR")
-    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a topic or cleaner config override (repeatable)")
+    _add_config_overrides(c, "a topic or cleaner config override (repeatable)")
     c.set_defaults(func=_cmd_clean)
 
 

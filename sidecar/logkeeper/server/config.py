@@ -46,7 +46,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,22 +79,22 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def _kafka_listen_ok(value: list[str]) -> str | None:
+def _first_unparsable(value: list[str], parse: Callable[[str], object]) -> str | None:
+    """Why the first item of a list setting that ``parse`` rejects (ValueError) is wrong, or None."""
     for item in value:
         try:
-            parse_kafka_listener(item)
+            parse(item)
         except ValueError as e:
             return str(e)
     return None
+
+
+def _kafka_listen_ok(value: list[str]) -> str | None:
+    return _first_unparsable(value, parse_kafka_listener)
 
 
 def _addresses_ok(value: list[str]) -> str | None:
-    for item in value:
-        try:
-            parse_listen_address(item)
-        except ValueError as e:
-            return str(e)
-    return None
+    return _first_unparsable(value, parse_listen_address)
 
 
 SIDECAR_SETTINGS = SettingGroup("sidecar", (
