@@ -83,18 +83,30 @@ def before_after(tmp_path: Path) -> tuple[Rows, Rows]:
 STEPS = {"written": False, "swapped": True, "old-deleted": True, "renamed": True}
 
 
-@pytest.mark.parametrize("step", list(STEPS))
-def test_crash_at_each_replacement_step(tmp_path: Path, step: str, before_after: tuple[list, list]) -> None:
-    before, after = before_after
-    path = tmp_path / "topic-0"
+def crash_at(path: Path, step: str, before: Rows) -> None:
+    """Build the log in ``path`` (the reference's records), crash its cleaning at ``step`` of the
+    replacement and close it, as the crashed process left it."""
     log = build(path)
     assert records(log) == before
     with pytest.raises(Crash):
         clean_nine(log, step)
     log.close()
+
+
+def reload_as(path: Path, expected: Rows) -> Log:
+    """Reload the crashed log: it holds ``expected`` and no temporary file is left."""
     reloaded = make_log(path, recovered=True)
-    assert records(reloaded) == (after if STEPS[step] else before)
+    assert records(reloaded) == expected
     assert temp_files(path) == []
+    return reloaded
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_crash_at_each_replacement_step(tmp_path: Path, step: str, before_after: tuple[list, list]) -> None:
+    before, after = before_after
+    path = tmp_path / "topic-0"
+    crash_at(path, step, before)
+    reloaded = reload_as(path, after if STEPS[step] else before)
     ensure_valid_segments(reloaded)
     # the log goes on: appends and another clean work
     append_kvs(reloaded, [(b"x", b"y")])
@@ -110,32 +122,20 @@ def test_crash_with_some_cleaned_files_renamed_to_swap(tmp_path: Path, before_af
     """Kafka's case 2: a crash while renaming .cleaned to .swap: the replacement is rolled back."""
     before, _after = before_after
     path = tmp_path / "topic-0"
-    log = build(path)
-    with pytest.raises(Crash):
-        clean_nine(log, "written")
-    log.close()
+    crash_at(path, "written", before)
     cleaned_log = next(p for p in path.iterdir() if p.name.endswith(".log.cleaned"))
     cleaned_log.rename(cleaned_log.with_name(cleaned_log.name.replace(".cleaned", ".swap")))
-    reloaded = make_log(path, recovered=True)
-    assert records(reloaded) == before
-    assert temp_files(path) == []
-    reloaded.close()
+    reload_as(path, before).close()
 
 
 def test_crash_with_some_swap_files_renamed_back(tmp_path: Path, before_after: tuple[list, list]) -> None:
     """Kafka's case 5: a crash while dropping the .swap suffixes: the replacement completes."""
-    _before, after = before_after
+    before, after = before_after
     path = tmp_path / "topic-0"
-    log = build(path)
-    with pytest.raises(Crash):
-        clean_nine(log, "old-deleted")
-    log.close()
+    crash_at(path, "old-deleted", before)
     swap_time_index = next(p for p in path.iterdir() if p.name.endswith(".timeindex.swap"))
     swap_time_index.rename(swap_time_index.with_name(swap_time_index.name[: -len(".swap")]))
-    reloaded = make_log(path, recovered=True)
-    assert records(reloaded) == after
-    assert temp_files(path) == []
-    reloaded.close()
+    reload_as(path, after).close()
 
 
 def test_crash_in_second_group_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
