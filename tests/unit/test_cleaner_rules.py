@@ -204,9 +204,17 @@ def test_cleaning_with_unkeyed_messages(tmp_path: Path, clock: Clock) -> None:
     assert stats.invalid_messages_read == unkeyed
 
 
-def test_clean_segments_with_abort_removes_cleaned_files(tmp_path: Path, clock: Clock) -> None:
+# (which check_done call aborts, the step through the keys the map holds): an abort at the first
+# check (Kafka's testCleanSegmentsWithAbort) with every key in the map, and one at the third, after
+# some windows were written, with every other key in the map
+@pytest.mark.parametrize(("aborting_call", "map_step"), [(1, 1), (3, 2)], ids=["at-once", "after-some-windows"])
+def test_abort_removes_cleaned_files(tmp_path: Path, clock: Clock, aborting_call: int, map_step: int) -> None:
+    calls = []
+
     def abort(_tp: TopicPartition) -> None:
-        raise LogCleaningAbortedError("aborted")
+        calls.append(1)
+        if len(calls) >= aborting_call:
+            raise LogCleaningAbortedError("aborted")
 
     log = make_log(tmp_path, clock)
     cleaner = make_cleaner(clock, check_done=abort)
@@ -214,27 +222,7 @@ def test_clean_segments_with_abort_removes_cleaned_files(tmp_path: Path, clock: 
     keys = ikeys(log)
     segments = log.segments.values()[:3]
     with pytest.raises(LogCleaningAbortedError):
-        cleaner.clean_segments(log, segments, fake_map(keys), 0, CleanerStats(), CleanedTransactionMetadata(),
-                               segments[-1].read_next_offset())
-    assert not [p for p in log.dir.iterdir() if p.name.endswith(".cleaned")]
-    assert ikeys(log) == keys
-
-
-def test_abort_after_some_windows_removes_cleaned_files(tmp_path: Path, clock: Clock) -> None:
-    calls = []
-
-    def abort_on_second(_tp: TopicPartition) -> None:
-        calls.append(1)
-        if len(calls) >= 3:
-            raise LogCleaningAbortedError("aborted")
-
-    log = make_log(tmp_path, clock)
-    cleaner = make_cleaner(clock, check_done=abort_on_second)
-    fill_until_segments(log, 4)
-    keys = ikeys(log)
-    segments = log.segments.values()[:3]
-    with pytest.raises(LogCleaningAbortedError):
-        cleaner.clean_segments(log, segments, fake_map(keys[::2]), 0, CleanerStats(),
+        cleaner.clean_segments(log, segments, fake_map(keys[::map_step]), 0, CleanerStats(),
                                CleanedTransactionMetadata(), segments[-1].read_next_offset())
     assert not [p for p in log.dir.iterdir() if ".cleaned" in p.name]
     assert ikeys(log) == keys
