@@ -193,20 +193,25 @@ def test_a_second_sidecar_on_the_same_directories_exits(sidecar: SidecarProcess,
     assert sidecar.client.json("GET", "/readyz") == {"ready": True}  # the first one is untouched
 
 
-def test_a_bad_config_file_exits_2_naming_the_key_and_file(tmp_path: Path) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(f"sidecar: {{token.file: {tmp_path / 'token'}}}\nnode: {{log.dirs: [{tmp_path}], log.dir: x}}\n")
+def refused_sidecar(path: Path, config_text: str) -> str:
+    """Run ``logkeeper sidecar`` on a config file holding ``config_text``, which it must refuse with
+    exit status 2 (wrong input) before starting; its stderr."""
+    path.write_text(config_text)
     done = subprocess.run([sys.executable, "-m", "logkeeper.cli", "sidecar", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"logkeeper sidecar: {path}: unknown key 'log.dir' in section node"
+    return done.stderr
+
+
+def test_a_bad_config_file_exits_2_naming_the_key_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    stderr = refused_sidecar(path, f"sidecar: {{token.file: {tmp_path / 'token'}}}\n"
+                                   f"node: {{log.dirs: [{tmp_path}], log.dir: x}}\n")
+    assert stderr.strip() == f"logkeeper sidecar: {path}: unknown key 'log.dir' in section node"
 
 
 def test_an_unreadable_token_file_exits_2(tmp_path: Path) -> None:
-    path = tmp_path / "sidecar.yaml"
-    path.write_text(f"sidecar: {{token.file: {tmp_path / 'absent'}}}\nnode: {{log.dirs: [{tmp_path / 'd'}]}}\n")
-    done = subprocess.run([sys.executable, "-m", "logkeeper.cli", "sidecar", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert f"cannot read the token file {tmp_path / 'absent'}" in done.stderr
+    stderr = refused_sidecar(tmp_path / "sidecar.yaml", f"sidecar: {{token.file: {tmp_path / 'absent'}}}\n"
+                                                        f"node: {{log.dirs: [{tmp_path / 'd'}]}}\n")
+    assert f"cannot read the token file {tmp_path / 'absent'}" in stderr
     assert not (tmp_path / "d").exists()  # nothing was touched
