@@ -57,6 +57,18 @@ def manager(log_dirs: list[Path], logs: dict[TopicPartition, Log], clock: Clock)
 TP = TopicPartition("log", 0)
 
 
+def checkpointed(tmp_path: Path, clock: Clock, checkpoint: int, log_start: int = 0) -> CleanerManager:
+    """Kafka's set-up of the dirty-offset tests: one filthy log (foo-0, 20 one-record batches) whose
+    log start offset was raised to ``log_start``, and a manager whose cleaner checkpoint for it is
+    ``checkpoint``."""
+    tp = TopicPartition("foo", 0)
+    logs = filthy_logs(tmp_path, clock, [tp])
+    logs[tp].maybe_increment_log_start_offset(log_start)
+    m = manager([tmp_path], logs, clock)
+    m.update_checkpoints(tmp_path, update=(tp, checkpoint))
+    return m
+
+
 def test_grab_filthiest_returns_the_dirtiest(tmp_path: Path, clock: Clock) -> None:
     tps = [TopicPartition("foo", i) for i in range(3)]
     logs = filthy_logs(tmp_path, clock, tps)
@@ -103,20 +115,13 @@ def test_uncleanable_partition_is_retried_with_backoff(tmp_path: Path, clock: Cl
 
 
 def test_dirty_offset_reset_if_larger_than_end_offset(tmp_path: Path, clock: Clock) -> None:
-    tp = TopicPartition("foo", 0)
-    logs = filthy_logs(tmp_path, clock, [tp])
-    m = manager([tmp_path], logs, clock)
-    m.update_checkpoints(tmp_path, update=(tp, 200))
+    m = checkpointed(tmp_path, clock, 200)
     chosen = m.grab_filthiest_compacted_log()
     assert chosen is not None and chosen.first_dirty_offset == 0
 
 
 def test_dirty_offset_reset_if_smaller_than_start_offset(tmp_path: Path, clock: Clock) -> None:
-    tp = TopicPartition("foo", 0)
-    logs = filthy_logs(tmp_path, clock, [tp])
-    logs[tp].maybe_increment_log_start_offset(10)
-    m = manager([tmp_path], logs, clock)
-    m.update_checkpoints(tmp_path, update=(tp, 0))
+    m = checkpointed(tmp_path, clock, 0, log_start=10)
     chosen = m.grab_filthiest_compacted_log()
     assert chosen is not None and chosen.first_dirty_offset == 10
 
@@ -369,13 +374,9 @@ def test_checkpoint_updated_for_invalid_offset(tmp_path: Path, clock: Clock) -> 
 
 
 def test_checkpoint_updated_for_invalid_offset_no_cleaning(tmp_path: Path, clock: Clock) -> None:
-    tp = TopicPartition("foo", 0)
-    logs = filthy_logs(tmp_path, clock, [tp])
-    logs[tp].maybe_increment_log_start_offset(20)
-    m = manager([tmp_path], logs, clock)
-    m.update_checkpoints(tmp_path, update=(tp, 15))
+    m = checkpointed(tmp_path, clock, 15, log_start=20)
     assert m.grab_filthiest_compacted_log() is None
-    assert m.all_cleaner_checkpoints()[tp] == 20
+    assert m.all_cleaner_checkpoints()[TopicPartition("foo", 0)] == 20
 
 
 def test_max_compaction_lag_makes_a_log_cleanable(tmp_path: Path, clock: Clock) -> None:
