@@ -91,6 +91,11 @@ class Env:
             last = lg.append(batch(self.clock(), **kw)).last_offset
         return last
 
+    def append_flushed(self, lg: Log, n: int) -> None:
+        """Append ``n`` batches and flush them: the log's recovery point moves to its end."""
+        self.append(lg, n)
+        lg.flush()
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
@@ -313,8 +318,7 @@ def test_no_flush_before_flush_ms(env: Env) -> None:
 def verify_checkpoint_recovery(m: LogManager, env: Env, tps: list[TopicPartition], log_dir: Path) -> None:
     logs = [m.get_or_create_log(tp) for tp in tps]
     for lg in logs:
-        env.append(lg, 50)
-        lg.flush()
+        env.append_flushed(lg, 50)
     m.tasks.checkpoint_log_recovery_offsets()
     checkpoints = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
     for tp, lg in zip(tps, logs):
@@ -344,8 +348,7 @@ def test_checkpoint_for_only_affected_logs(env: Env) -> None:
     tps = [TopicPartition("test-a", i) for i in range(3)] + [TopicPartition("test-b", i) for i in range(2)]
     logs = [m.get_or_create_log(tp) for tp in tps]
     for lg in logs:
-        env.append(lg, 50)
-        lg.flush()
+        env.append_flushed(lg, 50)
     m.tasks.checkpoint_recovery_points_in_dir(m.dirs[0])
     checkpoints = OffsetCheckpointFile(env.log_dir / RECOVERY_POINT_CHECKPOINT).read()
     assert checkpoints == {tp: lg.recovery_point for tp, lg in zip(tps, logs)}
@@ -354,14 +357,12 @@ def test_checkpoint_for_only_affected_logs(env: Env) -> None:
 def test_checkpoints_written_periodically(env: Env) -> None:
     m = env.manager()
     lg = m.get_or_create_log(TP0)
-    env.append(lg, 30)
-    lg.flush()
+    env.append_flushed(lg, 30)
     lg.maybe_increment_log_start_offset(3)
     env.sleep(INITIAL_DELAY_MS)
     assert OffsetCheckpointFile(env.log_dir / RECOVERY_POINT_CHECKPOINT).read() == {TP0: 30}
     assert OffsetCheckpointFile(env.log_dir / LOG_START_OFFSET_CHECKPOINT).read() == {TP0: 3}
-    env.append(lg, 5)
-    lg.flush()
+    env.append_flushed(lg, 5)
     env.sleep(10_000)
     assert OffsetCheckpointFile(env.log_dir / RECOVERY_POINT_CHECKPOINT).read() == {TP0: 35}
 
@@ -380,8 +381,7 @@ def test_log_start_offset_checkpoint_only_lists_moved_starts(env: Env) -> None:
 def test_recovery_point_and_log_start_survive_a_restart(env: Env) -> None:
     m = env.manager()
     lg = m.get_or_create_log(TP0)
-    env.append(lg, 100)
-    lg.flush()
+    env.append_flushed(lg, 100)
     lg.maybe_increment_log_start_offset(40)
     m.shutdown()
     m2 = env.manager()
@@ -396,8 +396,7 @@ def test_recovery_point_and_log_start_survive_a_restart(env: Env) -> None:
 def test_unclean_restart_recovers_from_the_checkpointed_recovery_point(env: Env) -> None:
     m = env.manager()
     lg = m.get_or_create_log(TP0)
-    env.append(lg, 100)
-    lg.flush()
+    env.append_flushed(lg, 100)
     m.tasks.checkpoint_log_recovery_offsets()
     env.append(lg, 20)  # not flushed
     flushed_segments = [s.name for s in lg.segments.values(None, 100)]
@@ -542,8 +541,7 @@ def test_truncate_to_pauses_cleaning_below_the_active_segment(env: Env) -> None:
                                    resume=lambda tp: calls.append(("resume", tp)),
                                    truncate_checkpoint=lambda d, tp, o: calls.append(("checkpoint", tp, o)))
     lg = m.get_or_create_log(TP0)
-    env.append(lg, 100)
-    lg.flush()
+    env.append_flushed(lg, 100)
     m.truncate_to({TP0: lg.log_end_offset - 1})  # inside the active segment: no pause
     assert calls == []
     assert lg.log_end_offset == 99
@@ -772,8 +770,7 @@ def run_child_until(step: str, scenario: Callable[[LogManager], None], env: Env)
 def fresh_partition(env: Env) -> None:
     m = env.manager()
     lg = m.get_or_create_log(TP0)
-    env.append(lg, 20)
-    lg.flush()
+    env.append_flushed(lg, 20)
     m.shutdown()
     env.managers.remove(m)
 
