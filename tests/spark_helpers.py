@@ -100,6 +100,13 @@ def copy_log_dir(source: Path, target: Path) -> Path:
     return target
 
 
+def workload_copies(root: Path, seed: int, *names: str, steps: int = 400) -> list[Path]:
+    """The workload of ``seed`` built once (in root/src) and its log dir copied to root/<name> for
+    each name: the copies a test compacts two ways (the in-process cleaner, the job) and compares."""
+    src = build_log(root / "src", seed, steps=steps)
+    return [copy_log_dir(src, root / name) for name in names]
+
+
 def open_log(log_dir: Path, cfg: LogConfig, clock: Callable[[], int] = lambda: NOW_MS) -> Log:
     return Log(log_dir / TP.dir_name, cfg, clock_ms=clock)
 
@@ -112,6 +119,16 @@ def clean_in_process(log: Log, checkpoint: int | None, now_ms: int = NOW_MS,
     cleaner = Cleaner(0, SipHashOffsetMap(slots=map_slots), clock_ms=lambda: now_ms)
     end, _stats = cleaner.do_clean(ltc, now_ms)
     return end
+
+
+def clean_log_dir(log_dir: Path, cfg: LogConfig, checkpoint: int | None, now_ms: int = NOW_MS) -> int:
+    """``clean_in_process`` on the partition of ``log_dir``, opened for the round (its clock at
+    ``now_ms``) and closed after it; returns the round's end offset."""
+    log = open_log(log_dir, cfg, clock=lambda: now_ms)
+    try:
+        return clean_in_process(log, checkpoint, now_ms)
+    finally:
+        log.close()
 
 
 def set_checkpoint(log_dir: Path, offset: int) -> None:

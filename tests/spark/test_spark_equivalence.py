@@ -37,14 +37,13 @@ from tests.spark_helpers import (
     HOUR,
     NOW_MS,
     TP,
-    build_log,
     clean_in_process,
     config,
-    copy_log_dir,
     open_log,
     segment_files,
     set_checkpoint,
     staged_files,
+    workload_copies,
     write_workload,
 )
 
@@ -123,9 +122,7 @@ def put_in_place(log_dir: Path, staging: Path, manifest: Manifest) -> None:
 def test_spark_output_is_byte_identical_to_the_in_process_cleaner(spark: Any, tmp_path: Path, seed: int,
                                                                   chunk_bytes: int) -> None:
     cfg = config(seed)
-    src = build_log(tmp_path / "src", seed)
-    ref = copy_log_dir(src, tmp_path / "in-process")
-    job = copy_log_dir(src, tmp_path / "spark")
+    ref, job = workload_copies(tmp_path, seed, "in-process", "spark")
     checkpoint: int | None = None
     seen: set[str] = set()
     for round_no, now in enumerate((NOW_MS, NOW_MS + 2 * HOUR)):

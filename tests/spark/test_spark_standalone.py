@@ -32,13 +32,11 @@ from tests.spark.standalone_cluster import StandaloneCluster
 from tests.spark_helpers import (
     NOW_MS,
     TP,
-    build_log,
-    clean_in_process,
+    clean_log_dir,
     config,
-    copy_log_dir,
-    open_log,
     segment_files,
     staged_files,
+    workload_copies,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,12 +67,8 @@ def job_cmd(cluster: StandaloneCluster, seed: int, chunk_bytes: int, *conf: str)
 
 def workload(tmp_path: Path, seed: int, steps: int = 400) -> tuple[Path, dict[str, bytes]]:
     """The job's copy (tmp_path/spark) and the in-process cleaner's files after one round."""
-    src = build_log(tmp_path / "src", seed, steps=steps)
-    ref = copy_log_dir(src, tmp_path / "in-process")
-    copy_log_dir(src, tmp_path / "spark")
-    log = open_log(ref, config(seed))
-    clean_in_process(log, None)
-    log.close()
+    ref, _job = workload_copies(tmp_path, seed, "in-process", "spark", steps=steps)
+    clean_log_dir(ref, config(seed), None)
     return tmp_path, segment_files(ref / TP.dir_name)
 
 

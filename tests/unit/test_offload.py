@@ -36,12 +36,13 @@ from tests.spark_helpers import (
     NOW_MS,
     TP,
     build_log,
-    clean_in_process,
+    clean_log_dir,
     config,
     copy_log_dir,
     open_log,
     run_local_job,
     segment_files,
+    workload_copies,
 )
 
 INITIAL_MS = 1000
@@ -144,12 +145,9 @@ def assert_aborted(s: Setup, before: dict[str, bytes], reason: str) -> None:
 # ---------------------------------------------------------------------------------------------- success
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_hand_off_leaves_the_log_byte_identical_to_the_in_process_cleaner(tmp_path: Path, seed: int) -> None:
-    src = build_log(tmp_path / "src", seed)
-    ref = copy_log_dir(src, tmp_path / "ref")
-    log = open_log(ref, compact(seed))
-    end = clean_in_process(log, None)
-    log.close()
-    s = make_setup(copy_log_dir(src, tmp_path / "a"), seed)
+    ref, copy = workload_copies(tmp_path, seed, "ref", "a")
+    end = clean_log_dir(ref, compact(seed), None)
+    s = make_setup(copy, seed)
     assert s.offloader.hand_off(s.log)
     status = s.offloader.status()[str(TP)]
     assert status["state"] == "done" and status["failures"] == 0 and status["reason"] == ""
@@ -502,9 +500,7 @@ def test_external_runner_waits_for_the_job_someone_else_runs(built: Path, tmp_pa
     assert isinstance(runner_from_config("external", ""), ExternalRunner)
     s = make_setup(copy_log_dir(built, tmp_path / "a"), 11)
     s.offloader.runner = ExternalRunner()
-    ref_log = open_log(copy_log_dir(built, tmp_path / "ref"), compact(11))
-    clean_in_process(ref_log, None)
-    ref_log.close()
+    clean_log_dir(copy_log_dir(built, tmp_path / "ref"), compact(11), None)
 
     def job(request: JobRequest) -> None:
         args = build_parser().parse_args(s.offloader.status()[str(TP)]["job_args"])

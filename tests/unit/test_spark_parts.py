@@ -25,15 +25,15 @@ from tests.spark_helpers import (
     NOW_MS,
     TP,
     build_log,
-    clean_in_process,
+    clean_log_dir,
     config,
-    copy_log_dir,
     open_log,
     plan_of,
     run_local_job,
     segment_files,
     set_checkpoint,
     staged_files,
+    workload_copies,
     write_workload,
 )
 
@@ -48,9 +48,7 @@ def expected_outputs(cleaned_dir: Path, manifest: Manifest) -> dict[str, bytes]:
 @pytest.mark.parametrize("seed", range(6))
 def test_exact_decisions_rewrite_is_byte_identical_to_the_offset_map(tmp_path: Path, seed: int) -> None:
     cfg = config(seed)
-    log_dir = build_log(tmp_path / "src", seed)
-    a = copy_log_dir(log_dir, tmp_path / "a")
-    b = copy_log_dir(log_dir, tmp_path / "b")
+    a, b = workload_copies(tmp_path, seed, "a", "b")
     checkpoint: int | None = None
     for round_no in range(2):
         if round_no:  # more data, so that round 2 has a clean section before its dirty one
@@ -58,9 +56,7 @@ def test_exact_decisions_rewrite_is_byte_identical_to_the_offset_map(tmp_path: P
                 log = open_log(d, cfg)
                 write_workload(log, random.Random(seed * 100 + round_no), 150)
                 log.close()
-        log = open_log(a, cfg)
-        end = clean_in_process(log, checkpoint)
-        log.close()
+        end = clean_log_dir(a, cfg, checkpoint)
         if checkpoint is not None:
             set_checkpoint(b, checkpoint)
         plan = plan_of(b, cfg, chunk_bytes=700)
@@ -71,9 +67,7 @@ def test_exact_decisions_rewrite_is_byte_identical_to_the_offset_map(tmp_path: P
         assert staged_files(staging) == expected_outputs(a / TP.dir_name, manifest), f"round {round_no}"
         assert manifest.checkpoint == end
         # carry b forward exactly as a
-        log = open_log(b, cfg)
-        clean_in_process(log, checkpoint)
-        log.close()
+        clean_log_dir(b, cfg, checkpoint)
         assert segment_files(a / TP.dir_name) == segment_files(b / TP.dir_name)
         checkpoint = end
 
