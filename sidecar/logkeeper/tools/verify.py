@@ -222,13 +222,22 @@ def _entries(path: Path, dtype: np.dtype) -> np.ndarray | None:
     return entries[:keep]
 
 
+def _index_entries(path: Path, dtype: np.dtype, report: VerifyReport) -> np.ndarray | None:
+    """The written entries of an index file (a size not a whole number of entries is a problem,
+    the whole entries are still checked); None when there is no file or no entry."""
+    if path.exists() and path.stat().st_size % dtype.itemsize:
+        report.problems.append(Problem(str(path), None, f"size is not a multiple of {dtype.itemsize}"))
+    entries = _entries(path, dtype)
+    if entries is None or entries.shape[0] == 0:
+        return None
+    return entries
+
+
 def _verify_offset_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
                          damaged: bool, report: VerifyReport) -> None:
     path = names.segment_file(log_file.parent, base, names.INDEX_SUFFIX)
-    if path.exists() and path.stat().st_size % 8:
-        report.problems.append(Problem(str(path), None, "size is not a multiple of 8"))
-    entries = _entries(path, np.dtype([("rel", ">i4"), ("pos", ">i4")]))
-    if entries is None or entries.shape[0] == 0:
+    entries = _index_entries(path, np.dtype([("rel", ">i4"), ("pos", ">i4")]), report)
+    if entries is None:
         return
     rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
     by_position = {int(p): i for i, p in enumerate(table.position[:n].tolist())}
@@ -255,10 +264,8 @@ def _verify_offset_index(log_file: Path, base: int, table: BatchTable, n: int, l
 def _verify_time_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
                        damaged: bool, report: VerifyReport) -> None:
     path = names.segment_file(log_file.parent, base, names.TIME_INDEX_SUFFIX)
-    if path.exists() and path.stat().st_size % 12:
-        report.problems.append(Problem(str(path), None, "size is not a multiple of 12"))
-    entries = _entries(path, np.dtype([("ts", ">i8"), ("rel", ">i4")]))
-    if entries is None or entries.shape[0] == 0:
+    entries = _index_entries(path, np.dtype([("ts", ">i8"), ("rel", ">i4")]), report)
+    if entries is None:
         return
     max_by_last = {int(lo): int(ts) for lo, ts in zip(last_offsets.tolist(), table.max_timestamp[:n].tolist())}
     prev_ts, prev_rel = None, -1
