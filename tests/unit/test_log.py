@@ -13,11 +13,23 @@ from logkeeper.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from logkeeper.log.log import Log
 from logkeeper.records.batch import TimestampType, crc32c
 from logkeeper.records.builder import ControlType, Record, build_batch, build_marker_batch
 from logkeeper.records.compression import Codec
 from logkeeper.records.reader import read_records
 from tests.helpers import NOW_MS, ManualClock, batch, log_records, make_log, offsets_of
+
+
+def log_of_batches(tmp_path: Path, count: int, per_segment: int, *, records: int = 5,
+                   props: dict[str, object] | None = None, clock: ManualClock | None = None) -> tuple[Log, bytes]:
+    """A log of ``count`` appends of one batch of ``records`` records, ``per_segment`` batches to a
+    segment (segment.bytes is that many batches' size; ``props`` add to it); the log and the batch."""
+    one = batch(records)
+    log = make_log(tmp_path, {"segment.bytes": len(one) * per_segment, **(props or {})}, clock=clock)
+    for _ in range(count):
+        log.append(one)
+    return log, one
 
 
 def test_append_assigns_consecutive_offsets(tmp_path: Path) -> None:
@@ -105,10 +117,7 @@ def test_client_control_batch_and_bad_crc_rejected(tmp_path: Path) -> None:
 
 
 def test_roll_on_segment_bytes(tmp_path: Path) -> None:
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one) * 3})
-    for _ in range(7):
-        log.append(one)
+    log, _ = log_of_batches(tmp_path, 7, 3)
     assert [s.base_offset for s in log.segments] == [0, 15, 30]
     assert offsets_of(log_records(log)) == list(range(35))
     log.close()
@@ -177,10 +186,7 @@ def test_flush_messages_triggers_flush(tmp_path: Path) -> None:
 
 
 def test_read_across_segments_and_ranges(tmp_path: Path) -> None:
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one) * 2})
-    for _ in range(6):
-        log.append(one)
+    log, _ = log_of_batches(tmp_path, 6, 2)
     for start in range(30):
         got = read_records(log.read(start, 1).records)
         assert got[0].offset <= start <= got[-1].offset
@@ -195,10 +201,7 @@ def test_read_across_segments_and_ranges(tmp_path: Path) -> None:
 
 
 def test_truncate_to_middle_and_append_again(tmp_path: Path) -> None:
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one) * 2})
-    for _ in range(6):
-        log.append(one)
+    log, one = log_of_batches(tmp_path, 6, 2)
     assert log.truncate_to(17)  # inside a batch: the whole batch 15..19 goes
     assert log.log_end_offset == 15
     assert [s.base_offset for s in log.segments] == [0, 10]
@@ -210,10 +213,7 @@ def test_truncate_to_middle_and_append_again(tmp_path: Path) -> None:
 
 
 def test_delete_segments_below_log_start_offset(tmp_path: Path) -> None:
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one) * 2, "file.delete.delay.ms": 0})
-    for _ in range(6):
-        log.append(one)
+    log, _ = log_of_batches(tmp_path, 6, 2, props={"file.delete.delay.ms": 0})
     assert log.maybe_increment_log_start_offset(22)
     deleted = log.delete_segments_below_start()
     assert [s.base_offset for s in deleted] == [0, 10]
@@ -227,10 +227,7 @@ def test_delete_segments_below_log_start_offset(tmp_path: Path) -> None:
 
 def test_delayed_file_deletion(tmp_path: Path) -> None:
     clock = ManualClock()
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one), "file.delete.delay.ms": 1000}, clock=clock)
-    for _ in range(3):
-        log.append(one)
+    log, _ = log_of_batches(tmp_path, 3, 1, props={"file.delete.delay.ms": 1000}, clock=clock)
     log.maybe_increment_log_start_offset(10)
     log.delete_segments_below_start()
     assert sorted(p.name for p in log.dir.iterdir() if p.name.endswith(".deleted"))
@@ -244,10 +241,7 @@ def test_delayed_file_deletion(tmp_path: Path) -> None:
 
 def test_all_pending_files_deleted_now_whatever_the_delay(tmp_path: Path) -> None:
     # logkeeper clean has no readers to wait for: it removes replaced segments after each round
-    one = batch(5)
-    log = make_log(tmp_path, {"segment.bytes": len(one), "file.delete.delay.ms": 60_000}, clock=ManualClock())
-    for _ in range(3):
-        log.append(one)
+    log, _ = log_of_batches(tmp_path, 3, 1, props={"file.delete.delay.ms": 60_000}, clock=ManualClock())
     log.maybe_increment_log_start_offset(10)
     log.delete_segments_below_start()
     assert log.delete_expired_files() == 0
@@ -276,10 +270,7 @@ def test_aborted_transaction_goes_to_txn_index_and_lso(tmp_path: Path) -> None:
 
 
 def test_reload_after_clean_close_keeps_everything(tmp_path: Path) -> None:
-    one = batch(4)
-    log = make_log(tmp_path, {"segment.bytes": len(one) * 2})
-    for _ in range(5):
-        log.append(one)
+    log, one = log_of_batches(tmp_path, 5, 2, records=4)
     log.flush()
     log.close()
     again = make_log(tmp_path, {"segment.bytes": len(one) * 2}, recovery_point=20)
