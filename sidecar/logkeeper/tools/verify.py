@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,8 +178,11 @@ def _verify_segment(log_file: Path, base: int, floor: int | None, report: Verify
     report.records += _verify_records(buf, table, n, name, report)
     # index entries past the valid batches of a damaged .log are not reported again
     damaged = n < len(table) or table.stop_reason != ScanStop.END
-    _verify_offset_index(log_file, base, table, n, last_offsets, damaged, report)
-    _verify_time_index(log_file, base, table, n, last_offsets, damaged, report)
+    for suffix, dtype, verify_entries in _INDEX_CHECKS:
+        path = names.segment_file(log_file.parent, base, suffix)
+        entries = _index_entries(path, dtype, report)
+        if entries is not None:
+            verify_entries(path, entries, base, table, n, last_offsets, damaged, report)
     return int(last_offsets[n - 1]) if n else None
 
 
@@ -233,12 +237,8 @@ def _index_entries(path: Path, dtype: np.dtype, report: VerifyReport) -> np.ndar
     return entries
 
 
-def _verify_offset_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
-                         damaged: bool, report: VerifyReport) -> None:
-    path = names.segment_file(log_file.parent, base, names.INDEX_SUFFIX)
-    entries = _index_entries(path, np.dtype([("rel", ">i4"), ("pos", ">i4")]), report)
-    if entries is None:
-        return
+def _verify_offset_index(path: Path, entries: np.ndarray, base: int, table: BatchTable, n: int,
+                         last_offsets: np.ndarray, damaged: bool, report: VerifyReport) -> None:
     rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
     by_position = {int(p): i for i, p in enumerate(table.position[:n].tolist())}
     prev_rel, prev_pos = -1, -1
@@ -261,12 +261,8 @@ def _verify_offset_index(log_file: Path, base: int, table: BatchTable, n: int, l
             return
 
 
-def _verify_time_index(log_file: Path, base: int, table: BatchTable, n: int, last_offsets: np.ndarray,
-                       damaged: bool, report: VerifyReport) -> None:
-    path = names.segment_file(log_file.parent, base, names.TIME_INDEX_SUFFIX)
-    entries = _index_entries(path, np.dtype([("ts", ">i8"), ("rel", ">i4")]), report)
-    if entries is None:
-        return
+def _verify_time_index(path: Path, entries: np.ndarray, base: int, table: BatchTable, n: int,
+                       last_offsets: np.ndarray, damaged: bool, report: VerifyReport) -> None:
     max_by_last = {int(lo): int(ts) for lo, ts in zip(last_offsets.tolist(), table.max_timestamp[:n].tolist())}
     prev_ts, prev_rel = None, -1
     for k in range(entries.shape[0]):
@@ -282,3 +278,11 @@ def _verify_time_index(log_file: Path, base: int, table: BatchTable, n: int, las
                 f"entry {k} says timestamp {ts} at offset {base + r}; no batch ending there has that "
                 "max timestamp")))
             return
+
+
+# each index file of a segment: its suffix, its entry layout (big-endian) and the check of its entries
+_IndexCheck = Callable[[Path, np.ndarray, int, BatchTable, int, np.ndarray, bool, VerifyReport], None]
+_INDEX_CHECKS: tuple[tuple[str, np.dtype, _IndexCheck], ...] = (
+    (names.INDEX_SUFFIX, np.dtype([("rel", ">i4"), ("pos", ">i4")]), _verify_offset_index),
+    (names.TIME_INDEX_SUFFIX, np.dtype([("ts", ">i8"), ("rel", ">i4")]), _verify_time_index),
+)
