@@ -7,7 +7,7 @@ CleanerManager.grab_filthiest_compacted_log), checked in the order it applies th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..log.log import Log
 from .selection import LogToClean, cleanable_offsets
@@ -16,25 +16,22 @@ from .stats import CleanerStats
 
 @dataclass
 class Tally:
-    """What the rounds of one log did, summed."""
+    """What the rounds of one log did: their read and written counts summed in one CleanerStats
+    (the counters' owner), with how many rounds there were."""
 
     rounds: int = 0
-    messages_read: int = 0
-    messages_written: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+    total: CleanerStats = field(default_factory=CleanerStats)
 
     def add(self, stats: CleanerStats) -> None:
         self.rounds += 1
-        self.messages_read += stats.messages_read
-        self.messages_written += stats.messages_written
-        self.bytes_read += stats.bytes_read
-        self.bytes_written += stats.bytes_written
+        self.total.read_messages(stats.messages_read, stats.bytes_read)
+        self.total.recopy_messages(stats.messages_written, stats.bytes_written)
 
     def line(self) -> str:
         rounds = "1 round" if self.rounds == 1 else f"{self.rounds} rounds"
-        return (f"cleaned in {rounds}: {self.messages_read:,} records read, {self.messages_written:,} kept; "
-                f"{self.bytes_read:,} bytes read, {self.bytes_written:,} written")
+        t = self.total
+        return (f"cleaned in {rounds}: {t.messages_read:,} records read, {t.messages_written:,} kept; "
+                f"{t.bytes_read:,} bytes read, {t.bytes_written:,} written")
 
 
 def why_not_cleaned(log: Log, checkpoint: int | None, now_ms: int) -> str:
