@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from side_by_side import commit, machine_line  # noqa: E402
+from side_by_side import commit, machine_line, parse_bench_args  # noqa: E402
 
 from logkeeper.log.log import Log  # noqa: E402
 from logkeeper.log.log_config import LogConfig  # noqa: E402
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args(argv)
-    command = "python bench/bench_codec_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args, command = parse_bench_args(ap, "bench_codec_ceiling.py", argv)
     with tempfile.TemporaryDirectory(prefix="codec-ceiling-") as tmp:
         config = LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": 1 << 30})
         log = Log(Path(tmp) / "t-0", config)

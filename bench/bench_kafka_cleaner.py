@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 from bench_cleaner import TS, finish_log_dir, segment_bytes  # noqa: E402
-from side_by_side import commit, machine_line, side_by_side_line, svg_bars  # noqa: E402
+from side_by_side import commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 
 from logkeeper.log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT  # noqa: E402
 from logkeeper.log.names import TopicPartition  # noqa: E402
@@ -156,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--segments", type=int, default=10, help="W1 segments of 1M records (10: ~1.19 GB)")
     ap.add_argument("--keys", type=int, default=1_000_000)
-    args = ap.parse_args(argv)
-    command = "python bench/bench_kafka_cleaner.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args, command = parse_bench_args(ap, "bench_kafka_cleaner.py", argv)
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-cleaner-", dir=os.environ.get("TMPDIR")))
     rows = []

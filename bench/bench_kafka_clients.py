@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from side_by_side import command_and_date, machine  # noqa: E402
+from side_by_side import command_and_date, machine, parse_bench_args  # noqa: E402
 
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
-    command = "python bench/bench_kafka_clients.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args, command = parse_bench_args(ap, "bench_kafka_clients.py", argv)
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     results: dict[tuple[str, str], list[float]] = {}

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.side_by_side import commit, machine_line, side_by_side_line, svg_bars  # noqa: E402
+from bench.side_by_side import commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import LOG4J_TOOLS, Broker, KafkaDist, fetch_kafka  # noqa: E402
 
@@ -134,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="payload MB a producer case (bounds its records)")
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
-    command = "python bench/bench_kafka_perf.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args, command = parse_bench_args(ap, "bench_kafka_perf.py", argv)
     cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)]
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-perf-"))

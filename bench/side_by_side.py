@@ -4,10 +4,12 @@ lines of a results file, and a bar plot of the ratios as SVG (no plotting librar
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
 import subprocess
+import sys
 from html import escape
 from pathlib import Path
 
@@ -43,6 +45,14 @@ def cpu_model(unknown: str = "unknown CPU") -> str:
     except OSError:
         pass
     return unknown
+
+
+def parse_bench_args(ap: argparse.ArgumentParser, script: str,
+                     argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """A benchmark's arguments (``argv``, else the command line's) and the command its results file
+    records: ``python bench/<script>`` with those arguments."""
+    args = ap.parse_args(argv)
+    return args, f"python bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
 
 
 def command_and_date(command: str) -> list[str]:
