@@ -70,22 +70,18 @@ class ApiError(Exception):
         return {"error": self.code, "detail": self.detail, **self.extra}
 
 
-_MAPPING: tuple[tuple[type[BaseException], int, str], ...] = (
-    (UnrepresentableError, 422, "unrepresentable"),
-    (RecordFormatError, 400, "bad_request"),  # before ValueError
-    (BadRequestError, 400, "bad_request"),
-    (InvalidConfigError, 400, "bad_request"),
-    (InvalidTimestampError, 400, "invalid_timestamp"),
-    (CorruptRecordError, 400, "invalid_records"),
-    (RecordTooLargeError, 413, "payload_too_large"),
-    (TopicNotFoundError, 404, "not_found"),
-    (UnknownPartitionError, 404, "not_found"),
-    (TopicExistsError, 409, "conflict"),
-    (CleaningConflictError, 409, "conflict"),
-    (OffsetOutOfRangeError, 416, "offset_out_of_range"),
-    (NotReadyError, 503, "not_ready"),
-    (CleanerShutdownError, 503, "not_ready"),
-    (ValueError, 400, "bad_request"),  # names.validate_topic and friends
+# (the failures, status, code), first match wins: each answer once, with every failure it is for
+_MAPPING: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
+    ((UnrepresentableError,), 422, "unrepresentable"),
+    ((RecordFormatError, BadRequestError, InvalidConfigError), 400, "bad_request"),  # before ValueError
+    ((InvalidTimestampError,), 400, "invalid_timestamp"),
+    ((CorruptRecordError,), 400, "invalid_records"),
+    ((RecordTooLargeError,), 413, "payload_too_large"),
+    ((TopicNotFoundError, UnknownPartitionError), 404, "not_found"),
+    ((TopicExistsError, CleaningConflictError), 409, "conflict"),
+    ((OffsetOutOfRangeError,), 416, "offset_out_of_range"),
+    ((NotReadyError, CleanerShutdownError), 503, "not_ready"),
+    ((ValueError,), 400, "bad_request"),  # names.validate_topic and friends
 )
 
 
@@ -96,7 +92,7 @@ def api_error_of(exc: BaseException) -> ApiError | None:
     if isinstance(exc, KafkaStorageError):  # which directory failed, and for which partition
         extra = {"log_dir": exc.log_dir, **({"partition": exc.partition} if exc.partition else {})}
         return ApiError(503, "storage_error", str(exc), extra)
-    for cls, status, code in _MAPPING:
-        if isinstance(exc, cls):
+    for classes, status, code in _MAPPING:
+        if isinstance(exc, classes):
             return ApiError(status, code, str(exc))
     return None
