@@ -3,8 +3,9 @@ backlogs from 1M distinct keys up (issue 21).
 
 Run: ``make bench-spark`` (= ``.venv/bin/python bench/bench_spark.py`` with the spark extra
 installed). Options: ``--keys 1M,4M,10M`` (the backlog sizes), ``--no-standalone``, ``--dir D``
-(scratch space: about 3x the largest backlog's bytes). Writes the table, with the command, date and
-machine, to ``bench/results/spark.md`` and the plot to ``bench/results/spark.svg``. Every figure
+(scratch space: about 3x the largest backlog's bytes), ``--paths`` (a subset of the paths below,
+comma separated), ``--out NAME`` (default spark). Writes the table, with the command, date,
+commit and machine, to ``bench/results/NAME.md`` and the plot to ``bench/results/NAME.svg``. Every figure
 comes from one run of this script, page cache warm. For each size:
 
 - backlog: exactly N distinct 8-byte keys in 1.5 x N records (every key once plus half as many
@@ -37,12 +38,14 @@ import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +58,7 @@ from bench_cleaner import (
     finish_log_dir,
     plain_read,
 )
-from side_by_side import cpu_model
+from side_by_side import commit, cpu_model
 
 from logkeeper.cleaner.clean_command import close_logs, open_logs, split_overrides
 from logkeeper.cleaner.log_cleaner import LogCleaner
@@ -263,18 +266,21 @@ PATHS = ["clean", f"clean buffer {LARGEST_BUFFER / (1 << 30):.0f} GiB", "spark l
          "spark standalone 2x1"]
 
 
-def sweep_size(scratch: Path, n_keys: int, cluster_url: str | None, log: list[str]) -> Workload:
+def sweep_size(scratch: Path, n_keys: int, cluster_url: str | None, log: list[str],
+               paths: Sequence[str] = PATHS) -> Workload:
     src = scratch / "backlog-src"
     shutil.rmtree(src, ignore_errors=True)
     size = make_backlog(src, n_keys)
     read_s = min(plain_read(src) for _ in range(2))
     runs = []
-    for buffer in (DEFAULT_BUFFER, LARGEST_BUFFER):
-        runs.append(in_process(src, scratch / "work", buffer))
-        shutil.rmtree(scratch / "work", ignore_errors=True)
+    for buffer, name in ((DEFAULT_BUFFER, PATHS[0]), (LARGEST_BUFFER, PATHS[1])):
+        if name in paths:
+            runs.append(in_process(src, scratch / "work", buffer))
+            shutil.rmtree(scratch / "work", ignore_errors=True)
     for master in ("local[1]", "local[2]"):
-        runs.append(spark_job(src, scratch / "staging", master))
-    if cluster_url:
+        if f"spark {master}" in paths:
+            runs.append(spark_job(src, scratch / "staging", master))
+    if cluster_url and PATHS[4] in paths:
         runs.append(spark_job(src, scratch / "staging", cluster_url, "spark standalone 2x1"))
     shutil.rmtree(src, ignore_errors=True)
     w = Workload(f"{n_keys / 1e6:g}M keys", size, n_keys, n_keys + n_keys // 2, read_s, runs)
@@ -288,7 +294,14 @@ def main() -> None:
     parser.add_argument("--keys", default="1M,4M,10M", help="backlog sizes in distinct keys, comma separated")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone cluster runs")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help=f"the paths to run, comma separated (default all: {', '.join(PATHS)})")
+    parser.add_argument("--out", default="spark", help="results name: bench/results/NAME.md and NAME.svg")
     args = parser.parse_args()
+    paths = [p.strip() for p in args.paths.split(",")]
+    if unknown := [p for p in paths if p not in PATHS]:
+        parser.error(f"--paths: unknown {unknown}; the paths are {PATHS}")
+    results = RESULTS.with_name(f"{args.out}.md")
     sizes = [int(float(k.rstrip("Mm")) * 1e6) if k[-1] in "Mm" else int(k) for k in args.keys.split(",")]
 
     logging.getLogger("logkeeper.log").setLevel(logging.ERROR)  # "rebuilding indexes": none are written here
@@ -299,14 +312,14 @@ def main() -> None:
     progress: list[str] = []
     cluster = None
     try:
-        if not args.no_standalone:
+        if not args.no_standalone and PATHS[4] in paths:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
             from tests.spark.standalone_cluster import StandaloneCluster
 
             # two one-core workers with room for the executor memory the job derives (resources.py)
             cluster = StandaloneCluster(scratch / "cluster", workers=2, cores=1, memory="9g").start()
         for n in sizes:
-            workloads.append(sweep_size(scratch, n, cluster.url if cluster else None, progress))
+            workloads.append(sweep_size(scratch, n, cluster.url if cluster else None, progress, paths))
     finally:
         if cluster is not None:
             cluster.stop()
@@ -342,7 +355,7 @@ def main() -> None:
     lines += ["", "Reading:", f"- the whole script took {elapsed / 60:.0f} min."]
     text = "\n".join(lines)
     print(text)
-    argv = " ".join(sys.argv[1:])
+    argv = shlex.join(sys.argv[1:])
     if os.environ.get("BENCH_VIA_MAKE"):
         command = f'make bench-spark BENCH_SPARK_ARGS="{argv}"' if argv else "make bench-spark"
     else:
@@ -352,22 +365,22 @@ def main() -> None:
         "# bench_spark: the Spark compaction job vs `logkeeper clean` across backlog sizes",
         "",
         f"- command: `{command.strip()}` (this run took {elapsed / 60:.0f} min)",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}",
         f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
         f"numpy {np.__version__}; load average {', '.join(f'{x:.1f}' for x in load_start)} at the start, "
         f"{', '.join(f'{x:.1f}' for x in load_end)} at the end (a shared machine: other engineers' tests ran "
         "meanwhile; compare the ratios measured in this run, not absolute seconds)",
-        "- plot: [spark.svg](spark.svg) (wall time against backlog keys, one line a path)",
+        f"- plot: [{results.stem}.svg]({results.stem}.svg) (wall time against backlog keys, one line a path)",
         "",
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(header) + text + "\n")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text("\n".join(header) + text + "\n")
     from spark_plot import write_svg
 
-    write_svg(RESULTS.with_suffix(".svg"), [(w.distinct_keys, {r.path: r.wall_s for r in w.runs}) for w in workloads],
+    write_svg(results.with_suffix(".svg"), [(w.distinct_keys, {r.path: r.wall_s for r in w.runs}) for w in workloads],
               PATHS)
-    print(f"(written to {RESULTS} and {RESULTS.with_suffix('.svg')})")
+    print(f"(written to {results} and {results.with_suffix('.svg')})")
 
 
 if __name__ == "__main__":
