@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
+from logkeeper.index.abstract_index import AbstractIndex
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.records.builder import Record, build_batch
@@ -14,6 +16,7 @@ from logkeeper.records.compression import Codec
 from logkeeper.records.reader import iter_batches
 
 NOW_MS = 1_700_000_000_000
+IndexT = TypeVar("IndexT", bound=AbstractIndex[Any])
 
 
 class ManualClock:
@@ -56,3 +59,21 @@ def log_records(log: Log) -> list[Record]:
 
 def offsets_of(recs: Sequence[Record]) -> list[int]:
     return [r.offset for r in recs]
+
+
+def index_in(cls: type[IndexT], path: Path, base_offset: int, max_entries: int) -> Iterator[IndexT]:
+    """The body of an index test's fixture: a new ``cls`` index of ``max_entries`` slots at
+    ``path``, its handles released after the test (as a crashed process leaves it, not trimmed)."""
+    idx = cls(path, base_offset, max_entries * cls.entry_size)
+    yield idx
+    idx.close_handler()
+
+
+def fresh_index(cls: type[IndexT], path: Path, base_offset: int, max_entries: int, warm_entries: int) -> IndexT:
+    """A new index for one hypothesis example (the examples share the test's tmp_path: the last
+    one's file goes) whose warm section is ``warm_entries`` long, so that both of the lookup's
+    search branches run on a small index."""
+    path.unlink(missing_ok=True)
+    idx = cls(path, base_offset, max_entries * cls.entry_size)
+    idx._warm_entries = warm_entries
+    return idx

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from logkeeper.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from logkeeper.index import OffsetIndex, OffsetPosition
+from tests.helpers import fresh_index, index_in
 
 BASE_OFFSET = 45
 MAX_ENTRIES = 30
@@ -24,9 +25,7 @@ MAX_ENTRIES = 30
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[OffsetIndex]:
-    idx = OffsetIndex(tmp_path / "00000000000000000045.index", BASE_OFFSET, MAX_ENTRIES * 8)
-    yield idx
-    idx.close_handler()
+    yield from index_in(OffsetIndex, tmp_path / "00000000000000000045.index", BASE_OFFSET, MAX_ENTRIES)
 
 
 def increasing(start: int, count: int, rng: random.Random) -> list[int]:
@@ -126,10 +125,7 @@ def test_lookup_matches_brute_force_model(
     tmp_path: Path, gaps: list[int], targets: list[int], warm: int
 ) -> None:
     base = 7
-    path = tmp_path / "prop.index"
-    path.unlink(missing_ok=True)
-    idx = OffsetIndex(path, base, 64 * 8)
-    idx._warm_entries = warm  # a tiny warm section so both search branches get exercised
+    idx = fresh_index(OffsetIndex, tmp_path / "prop.index", base, 64, warm)
     pairs, offset = [], base - 1
     for i, gap in enumerate(gaps):
         offset += gap

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from logkeeper.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from logkeeper.index import TimeIndex, TimestampOffset
+from tests.helpers import fresh_index, index_in
 
 MAX_ENTRIES = 30
 BASE_OFFSET = 45
@@ -21,9 +22,7 @@ BASE_OFFSET = 45
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[TimeIndex]:
-    idx = TimeIndex(tmp_path / "00000000000000000045.timeindex", BASE_OFFSET, MAX_ENTRIES * 12)
-    yield idx
-    idx.close_handler()
+    yield from index_in(TimeIndex, tmp_path / "00000000000000000045.timeindex", BASE_OFFSET, MAX_ENTRIES)
 
 
 def append_entries(idx: TimeIndex, count: int) -> None:
@@ -98,10 +97,7 @@ def test_lookup_matches_brute_force_model(
     tmp_path: Path, steps: list[tuple[int, int]], targets: list[int], warm: int
 ) -> None:
     base = 1000
-    path = tmp_path / "prop.timeindex"
-    path.unlink(missing_ok=True)
-    idx = TimeIndex(path, base, 64 * 12)
-    idx._warm_entries = warm  # a tiny warm section so both search branches get exercised
+    idx = fresh_index(TimeIndex, tmp_path / "prop.timeindex", base, 64, warm)
     pairs: list[tuple[int, int]] = []
     timestamp, offset = -1, base
     for ts_gap, offset_gap in steps:  # offsets may repeat, timestamps strictly grow
