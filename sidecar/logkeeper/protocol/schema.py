@@ -192,26 +192,35 @@ def _compiled(message: Message, version: int) -> tuple[Decode, Encode]:
     return got
 
 
+# Each primitive type of the schemas and how it is read and written. Strings and bytes (records
+# are bytes) have a classic encoding and a flexible (compact) one; the other types have one.
+_FIXED_WIDTH: dict[str, tuple[Decode, Encode]] = {
+    "int8": (Reader.int8, Writer.int8), "int16": (Reader.int16, Writer.int16),
+    "int32": (Reader.int32, Writer.int32), "int64": (Reader.int64, Writer.int64),
+    "uint16": (Reader.uint16, Writer.uint16), "float64": (Reader.float64, Writer.float64),
+    "bool": (Reader.boolean, Writer.boolean), "uuid": (Reader.uuid, Writer.uuid),
+}
+# flexible? -> (reader, writer)
+_STRING: dict[bool, tuple[Decode, Encode]] = {False: (Reader.string, Writer.string),
+                                              True: (Reader.compact_string, Writer.compact_string)}
+_BYTES: dict[bool, tuple[Decode, Encode]] = {False: (Reader.bytes_, Writer.bytes_),
+                                             True: (Reader.compact_bytes, Writer.compact_bytes)}
+
+
+def _primitive(type_: str, flex: bool) -> tuple[Decode, Encode]:
+    if type_ == "string":
+        return _STRING[flex]
+    if type_ in ("bytes", "records"):
+        return _BYTES[flex]
+    return _FIXED_WIDTH[type_]
+
+
 def _prim_reader(type_: str, flex: bool) -> Decode:
-    readers: dict[str, Decode] = {
-        "int8": Reader.int8, "int16": Reader.int16, "int32": Reader.int32, "int64": Reader.int64,
-        "uint16": Reader.uint16, "float64": Reader.float64, "bool": Reader.boolean, "uuid": Reader.uuid,
-        "string": Reader.compact_string if flex else Reader.string,
-        "bytes": Reader.compact_bytes if flex else Reader.bytes_,
-        "records": Reader.compact_bytes if flex else Reader.bytes_,
-    }
-    return readers[type_]
+    return _primitive(type_, flex)[0]
 
 
 def _prim_writer(type_: str, flex: bool) -> Encode:
-    writers: dict[str, Encode] = {
-        "int8": Writer.int8, "int16": Writer.int16, "int32": Writer.int32, "int64": Writer.int64,
-        "uint16": Writer.uint16, "float64": Writer.float64, "bool": Writer.boolean, "uuid": Writer.uuid,
-        "string": Writer.compact_string if flex else Writer.string,
-        "bytes": Writer.compact_bytes if flex else Writer.bytes_,
-        "records": Writer.compact_bytes if flex else Writer.bytes_,
-    }
-    return writers[type_]
+    return _primitive(type_, flex)[1]
 
 
 def _field_decoder(f: Field, v: int, flex: bool, where: str) -> Decode:
