@@ -13,6 +13,7 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.exact import ExactDecisions
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
+from logkeeper.fileio import CrashHook, no_crash
 from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -167,11 +168,7 @@ def dict_decisions(plan: CompactionPlan) -> ExactDecisions:
     return ExactDecisions.of(plan.latest_offset, plan.first_dirty_offset, list(latest.values()), superseded)
 
 
-def _no_crash(_step: str) -> None:
-    return None
-
-
-def run_local_job(plan: CompactionPlan, staging: Path, crash: Callable[[str], None] = _no_crash) -> Manifest:
+def run_local_job(plan: CompactionPlan, staging: Path, crash: CrashHook = no_crash) -> Manifest:
     """The job with its Spark stage replaced by ``dict_decisions``: same rewrite, same manifest;
     ``crash(step)`` after the job's steps ``written`` and ``manifest``."""
     out_dir = staging / SEGMENTS_DIR

@@ -67,12 +67,19 @@ def fsync_dir(directory: Path | str) -> None:
 TMP_SUFFIX = ".tmp"  # a log directory's loader removes files so named left by a crash
 
 
-def _no_step(step: str) -> None:
-    pass
+# A crash hook: called with a step's name just after that step of a multi-step file change is
+# done (durable replace, segment swap, clean-shutdown marker, topic store); crash tests raise
+# there to stop the change at that point, as a process killed there would.
+CrashHook = Callable[[str], None]
+
+
+def no_crash(_step: str) -> None:
+    """The crash hook of normal operation: nothing happens between the steps."""
+    return None
 
 
 def replace_file_durably(path: Path | str, data: bytes | bytearray | memoryview, *, tmp_suffix: str = TMP_SUFFIX,
-                         on_step: Callable[[str], None] = _no_step) -> None:
+                         on_step: CrashHook = no_crash) -> None:
     """Replace ``path``'s content with ``data`` by the module docstring's four steps;
     ``on_step`` is called after steps 2 and 3 (crash tests raise there)."""
     path = Path(path)

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..fileio import CrashHook
 from ..log.log import Log
 from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
-from ..log.replace import CrashHook
 from ..log.segment import LogSegment
 from .appender import appender_for
 from .filter import SegmentFilter

@@ -70,10 +70,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..fileio import fsync_dir
+from ..fileio import CrashHook, fsync_dir, no_crash
 from ..log.log import Log
 from ..log.names import CLEANED_SUFFIX, TopicPartition
-from ..log.replace import CrashHook
 from ..log.segment import LogSegment
 from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
 from ..spark.progress import read_progress
@@ -142,10 +141,6 @@ class OffloadStatus:
                 "finished_ms": self.finished_ms, "result": dict(self.result)}
 
 
-def _no_hook(_step: str) -> None:
-    return None
-
-
 class Offloader:
     def __init__(self, config: CleanerConfig, manager: CleanerManager, logs_provider: LogsProvider, *,
                  clock_ms: Callable[[], int], runner: JobRunner | None = None,
@@ -156,7 +151,7 @@ class Offloader:
         self.clock_ms = clock_ms
         self.runner: JobRunner = runner if runner is not None else runner_from_config(
             config.log_cleaner_offload_runner, config.log_cleaner_offload_command)
-        self.crash_hook: CrashHook = crash_hook or env_crash_hook() or _no_hook
+        self.crash_hook: CrashHook = crash_hook or env_crash_hook() or no_crash
         self.log_dir_failure = log_dir_failure
         self._statuses: dict[TopicPartition, OffloadStatus] = {}
         self._lock = threading.Lock()

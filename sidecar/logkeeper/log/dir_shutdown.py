@@ -20,8 +20,9 @@ import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from ..fileio import CrashHook
 from .log import Log
-from .log_dir import CrashHook, LogDir
+from .log_dir import LogDir
 from .manager_tasks import log_start_offsets, recovery_points
 from .names import TopicPartition
 

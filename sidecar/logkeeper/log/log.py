@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError, RecordTooLargeError
-from ..fileio import fsync_dir
+from ..fileio import CrashHook, fsync_dir
 from . import names
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
 from .producer_state import ProducerStateManager, rebuild_producer_state
-from .replace import CrashHook, replace_segments
+from .replace import replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
 from .validator import check_plain_batch, validate_request

@@ -38,12 +38,11 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DuplicateLogDirError, LogDirLockedError, LogDirUnusableError
-from ..fileio import TMP_SUFFIX, fsync_dir, replace_file_durably
+from ..fileio import TMP_SUFFIX, CrashHook, fsync_dir, no_crash, replace_file_durably
 from . import names
 from .checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 
@@ -53,13 +52,6 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log, never a partition of ours
 LOCK_ATTEMPTS = 3
-
-CrashHook = Callable[[str], None]
-
-
-def _no_crash(_step: str) -> None:
-    return None
-
 
 @dataclass
 class PartitionDirs:
@@ -197,7 +189,7 @@ class LogDir:
             return None
         return int(epoch) if isinstance(epoch, int) else None
 
-    def take_clean_shutdown_marker(self, crash_hook: CrashHook = _no_crash) -> bool:
+    def take_clean_shutdown_marker(self, crash_hook: CrashHook = no_crash) -> bool:
         """Whether the last shutdown was clean; the marker is deleted (durably) either way."""
         exists = self.clean_shutdown_file.exists()
         crash_hook("read")
@@ -208,7 +200,7 @@ class LogDir:
         self.had_clean_shutdown = exists
         return exists
 
-    def write_clean_shutdown_marker(self, broker_epoch: int, crash_hook: CrashHook = _no_crash) -> None:
+    def write_clean_shutdown_marker(self, broker_epoch: int, crash_hook: CrashHook = no_crash) -> None:
         data = json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")).encode()
         replace_file_durably(self.clean_shutdown_file, data, on_step=crash_hook)
 

@@ -57,7 +57,7 @@ from ..errors import (
     NoLiveLogDirsError,
     UnknownPartitionError,
 )
-from ..fileio import fsync_dir
+from ..fileio import CrashHook, fsync_dir, no_crash
 from . import names
 from .assign import LogAppendInfo
 from .cleaner_hooks import CleanerHooks
@@ -65,17 +65,13 @@ from .dir_loader import LogFactory, load_log_dirs
 from .dir_shutdown import shutdown_dir
 from .log import Clock, Log, wall_clock_ms
 from .log_config import LogConfig
-from .log_dir import CrashHook, LogDir, LogDirStatus, capped_special_dir_name, open_log_dirs
+from .log_dir import LogDir, LogDirStatus, capped_special_dir_name, open_log_dirs
 from .manager_config import ManagerConfig
 from .manager_tasks import ManagerTasks
 from .scheduler import Scheduler
 from .segment import FetchData
 
 log = logging.getLogger(__name__)
-
-
-def _no_crash(_step: str) -> None:
-    return None
 
 
 class OfflinePartition(NamedTuple):
@@ -101,7 +97,7 @@ class LogManager:
         self.config = config
         self.clock_ms = clock_ms
         self.cleaner_hooks = CleanerHooks()
-        self.crash_hook: CrashHook = _no_crash
+        self.crash_hook: CrashHook = no_crash
         self._default_config = config.default_log_config
         self._topic_overrides: dict[str, dict[str, Any]] = {}
         self._topic_configs: dict[str, LogConfig] = {}

@@ -29,12 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..fileio import CrashHook
 from ..fileio import fsync_dir as fsync_dir  # also spark/rewrite.py's import (issue 21: take it from fileio)
 from .names import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from .segment import LogSegment
 from .segments import LogSegments
-
-CrashHook = Callable[[str], None]
 
 
 def replace_segments(

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfigError, KafkaStorageError
-from ..fileio import replace_file_durably
+from ..fileio import CrashHook, no_crash, replace_file_durably
 from ..log.log_config import validate_topic_configs
 
 log = logging.getLogger(__name__)
@@ -43,15 +43,8 @@ log = logging.getLogger(__name__)
 TOPICS_FILE = "logkeeper-topics.json"
 VERSION = 0
 
-CrashHook = Callable[[str], None]
-
-
-def _no_crash(_step: str) -> None:
-    return None
-
-
 class TopicStore:
-    def __init__(self, dirs: Callable[[], Iterable[Path]], crash_hook: CrashHook = _no_crash) -> None:
+    def __init__(self, dirs: Callable[[], Iterable[Path]], crash_hook: CrashHook = no_crash) -> None:
         self._dirs = dirs  # the online log directories, asked at each load and save
         self.crash_hook = crash_hook
         self._lock = threading.Lock()
