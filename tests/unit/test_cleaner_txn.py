@@ -11,7 +11,7 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.txn import CleanedTransactionMetadata, collect_aborted
+from logkeeper.cleaner.txn import AbortedTxns, CleanedTransactionMetadata, collect_aborted
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -477,3 +477,39 @@ def test_undecided_transactional_data_is_not_cleanable(tmp_path: Path, clock: Cl
     log.roll()
     offsets = cleanable_offsets(log, None, clock.now)
     assert offsets.first_uncleanable_dirty_offset == log.active_segment.base_offset
+
+
+def _walk_every_index(log: Log, start: int, upper: int) -> list[AbortedTxn]:
+    """collect_aborted as Kafka writes it: every later segment's index, read for this call."""
+    floor = log.segments.floor_segment(start)
+    out: list[AbortedTxn] = []
+    for seg in log.segments.values(floor.base_offset if floor else 0, None) if floor else ():
+        for t in seg.txn_index.entries:
+            if t.last_offset >= log.log_start_offset and t.first_offset < upper:
+                out.append(t)
+            if t.last_stable_offset >= upper:
+                return out
+    return out
+
+
+def test_aborted_txns_read_once_answer_every_range_as_a_walk_of_the_indexes(tmp_path: Path, clock: Clock) -> None:
+    """A round reads the transaction indexes once (AbortedTxns) and asks for each group's range:
+    the same answer as reading every later segment's index for each (which was quadratic in the
+    segments), including markers in a later segment than their data."""
+    log = make_log(tmp_path, clock, segment_bytes=300)
+    producers = [TxnProducer(log, pid) for pid in (1, 2, 3)]
+    for i in range(12):
+        p = producers[i % 3]
+        p.append([i, i + 1])
+        if i % 4 == 3:
+            log.roll()  # the marker lands in a later segment than the data
+        (p.abort if i % 2 else p.commit)()
+        append_kvs(log, [(b"plain", b"v")])
+    log.roll()
+    bases = [seg.base_offset for seg in log.segments.values()]
+    assert len(bases) > 4 and sum(len(seg.txn_index.entries) for seg in log.segments.values()) >= 5
+    once = AbortedTxns(log.segments, log.log_start_offset, bases[0])
+    end = log.log_end_offset
+    for start in bases:
+        for upper in sorted({start + 1, start + 3, *bases, end}):
+            assert once.collect(start, upper) == _walk_every_index(log, start, upper), (start, upper)

@@ -13,6 +13,15 @@ the consumer when the result it wants is still being computed (rather than wait 
 a later one), or computes the one it wants when nobody has started it. At most ``depth`` items are
 started and not yet yielded, which bounds the memory results hold.
 
+The helper is a thread of a pool shared by every Ahead of the process (``_helpers``), not one
+started per Ahead: starting a thread waits until it runs, which with Kafka's 1 MiB segments (one
+Ahead per segment cleaned) was a large fixed cost of each (bench/results/kafka_cleaner.md).
+
+``items`` is any iterable, drawn one item at a time (under the lock, by whichever thread starts
+the item) only when an item may start: a generator can open what its items need (a segment's
+mapping) as they come, so a run of small segments is one stream of items whose work overlaps
+across segment boundaries. An exception raised while drawing an item is that item's error.
+
 An exception of ``fn`` is raised where its item's result would have been yielded, and no item
 after it is started once it is known: the consumer sees the error where it would have seen it
 without the helper, and an item it never reaches is never raised (a round that stops early, when
@@ -24,46 +33,75 @@ items refer to (a mapped segment) is used after the block.
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+# A busy pool only delays a helper: the consumer computes whatever nobody has started, so an
+# Ahead never depends on getting one.
+MAX_HELPERS = 32
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _helpers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=MAX_HELPERS, thread_name_prefix="ahead")
+        return _pool
+
 
 class Ahead(Generic[T, R]):
     """Results of ``fn`` over ``items``, computed ahead (see the module docstring)."""
 
-    def __init__(self, fn: Callable[[T], R], items: Sequence[T], *, depth: int = 2, name: str = "ahead") -> None:
+    def __init__(self, fn: Callable[[T], R], items: Iterable[T], *, depth: int = 2, name: str = "ahead") -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         self._fn = fn
-        self._items = items
+        self._items = iter(items)
         self._depth = depth
         self._results: dict[int, tuple[R | None, BaseException | None]] = {}  # index -> (result, error)
         self._next = 0  # the next item to start
         self._taken = 0  # results yielded
-        self._end = len(items)  # no item from here is started: the end, or just after a failed one
+        self._end = sys.maxsize  # no item from here is started: the end once drawn, or just after a failed one
         self._stopped = False
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._helper: Future[None] = _helpers().submit(self._run)
 
-    def _start_next(self, limit: int) -> int | None:
-        """Under the lock: the index of the item to start now, if it is before ``limit``."""
+    def _start_next(self, limit: int) -> tuple[int, T] | None:
+        """Under the lock: the next item to start now and its index, if it is before ``limit``.
+        None when there is none to start yet, or when drawing it found the end or failed (the end
+        or the item's error is then recorded: callers check again before waiting)."""
         i = self._next
         if i >= self._end or i >= limit:
             return None
+        try:
+            item = next(self._items)
+        except StopIteration:
+            self._end = i
+            self._cond.notify_all()
+            return None
+        except BaseException as e:  # the items' own failure: raised at item i, as fn's would be
+            self._results[i] = (None, e)
+            self._next = self._end = i + 1
+            self._cond.notify_all()
+            return None
         self._next = i + 1
-        return i
+        return i, item
 
-    def _compute(self, i: int, *, by_consumer: bool = False) -> None:
+    def _compute(self, i: int, item: T, *, by_consumer: bool = False) -> None:
         result: R | None = None
         error: BaseException | None = None
         try:
-            result = self._fn(self._items[i])
+            result = self._fn(item)
         except Exception as e:  # raised on the consumer's thread, at item i
             error = e
         except BaseException as e:
@@ -79,16 +117,25 @@ class Ahead(Generic[T, R]):
             self._cond.notify_all()
 
     def _run(self) -> None:
+        me = threading.current_thread()
+        pool_name, me.name = me.name, self._name  # named for what it does while it helps (py-spy, logs)
+        try:
+            self._help()
+        finally:
+            me.name = pool_name
+
+    def _help(self) -> None:
         while True:
             with self._cond:
                 while True:
                     if self._stopped or self._next >= self._end:
                         return
-                    i = self._start_next(self._taken + self._depth)
-                    if i is not None:
+                    started = self._start_next(self._taken + self._depth)
+                    if started is not None:
                         break
-                    self._cond.wait()
-            self._compute(i)
+                    if self._next < self._end:  # nothing to start until a result is taken
+                        self._cond.wait()
+            self._compute(*started)
 
     def __iter__(self) -> Iterator[R]:
         while True:
@@ -99,15 +146,15 @@ class Ahead(Generic[T, R]):
                         return  # every item yielded (or the failed one raised)
                     # the wanted item when nobody started it, or a later one while the helper
                     # computes the wanted one
-                    j = self._start_next(i + self._depth)
-                    if j is not None:
+                    started = self._start_next(i + self._depth)
+                    if started is not None:
                         self._cond.release()
                         try:
-                            self._compute(j, by_consumer=True)
+                            self._compute(*started, by_consumer=True)
                         finally:
                             self._cond.acquire()
-                    else:
-                        self._cond.wait()
+                    elif i not in self._results and i < self._end:
+                        self._cond.wait()  # the helper computes item i
                 result, error = self._results.pop(i)
                 self._taken = i + 1
                 self._cond.notify_all()
@@ -119,7 +166,8 @@ class Ahead(Generic[T, R]):
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        self._thread.join()
+        if not self._helper.cancel():  # not waiting for a pool thread: wait for its item, if any
+            self._helper.result()
 
     def __enter__(self) -> Ahead[T, R]:
         return self

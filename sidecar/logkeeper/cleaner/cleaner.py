@@ -44,7 +44,7 @@ from .producers import LastRecord, last_records_of_active_producers
 from .selection import LogToClean
 from .stats import CleanerStats, MonotonicMs, monotonic_ms
 from .throttler import Throttler
-from .txn import CleanedTransactionMetadata, collect_aborted
+from .txn import AbortedTxns, CleanedTransactionMetadata
 
 CheckDone = Callable[[TopicPartition], None]
 INDEX_ENTRY_MAX_BYTES = 12  # a time index entry; an offset index entry is 8
@@ -140,11 +140,12 @@ class Cleaner:
         # that made a round quadratic in the segments). Producers that append or expire meanwhile
         # only make this keep a batch the current state would let go: never the other way round.
         last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
+        aborted = AbortedTxns(log.segments, log.log_start_offset, groups[0][0].base_offset) if groups else None
         batches = swap_batches(groups)
         for i, batch in enumerate(batches):
             # the last step's directory fsync of a batch is the next batch's first (replace.py)
             self.clean_groups(log, batch, self.offset_map, now_ms, stats, txns, upper_bound,
-                              last_records=last_records, sync_renamed=i == len(batches) - 1)
+                              last_records=last_records, aborted=aborted, sync_renamed=i == len(batches) - 1)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
         return end_offset, stats
@@ -164,18 +165,22 @@ class Cleaner:
 
     def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], offset_map: SipHashOffsetMap,
                      now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int, *,
-                     last_records: dict[int, LastRecord] | None = None, sync_renamed: bool = True) -> None:
+                     last_records: dict[int, LastRecord] | None = None, aborted: AbortedTxns | None = None,
+                     sync_renamed: bool = True) -> None:
         """Clean each group into one segment, then swap them all in for the groups in one
         replacement (one fsync of each file, two of the directory for all of them: ``swap_batches``)."""
         if last_records is None:
             # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
             last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
+        if aborted is None:  # read once for every group, as a round does (AbortedTxns)
+            first = groups[0][0].base_offset if groups and groups[0] else log.log_start_offset
+            aborted = AbortedTxns(log.segments, log.log_start_offset, first)
         written: list[LogSegment] = []
         swapping = False
         try:
             for segments in groups:
                 written.append(self._write_group(log, segments, offset_map, now_ms, stats, txns, upper_bound,
-                                                 last_records))
+                                                 last_records, aborted))
             for cleaned in written:
                 cleaned.flush()  # their writeback was started as they were written
             swapping = True  # from here a failure is a crash between replace.py's steps
@@ -189,7 +194,7 @@ class Cleaner:
 
     def _write_group(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap, now_ms: int,
                      stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int,
-                     last_records: dict[int, LastRecord]) -> LogSegment:
+                     last_records: dict[int, LastRecord], aborted: AbortedTxns) -> LogSegment:
         """``segments`` cleaned into a new ``.cleaned`` segment, not yet synced (deleted on an error)."""
         group_bytes = sum(seg.size_in_bytes for seg in segments)
         cleaned = log.new_cleaned_segment(segments[0].base_offset,
@@ -199,10 +204,9 @@ class Cleaner:
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
             with appender_for(cleaned, group_bytes) as appender:  # big groups: the next window cleaned meanwhile
-                for i, seg in enumerate(segments):
-                    upper = segments[i + 1].base_offset if i + 1 < len(segments) else seg.read_next_offset()
-                    txns.add_aborted_transactions(collect_aborted(log, seg.base_offset, upper))
-                    filt.clean_into(log, seg, appender, offset_map, txns, last_records, upper_bound, stats)
+                uppers = [seg.base_offset for seg in segments[1:]] + [segments[-1].read_next_offset()]
+                sources = [(seg, aborted.collect(seg.base_offset, upper)) for seg, upper in zip(segments, uppers)]
+                filt.clean_into(sources, appender, offset_map, txns, last_records, upper_bound, stats)
             cleaned.on_become_inactive()
             cleaned.set_last_modified_ms(segments[-1].last_modified_ms)
             return cleaned

@@ -1,4 +1,4 @@
-"""Copying one source segment into a cleaned segment (Kafka's Cleaner.cleanInto + MemoryRecords.filterTo).
+"""Copying a group's source segments into a cleaned segment (Kafka's Cleaner.cleanInto + MemoryRecords.filterTo).
 
 Per batch, in offset order (vectorised over the header columns; transactional and control
 batches also go through txn.py, one Python step each):
@@ -34,19 +34,21 @@ through the throttler.
 Two threads: windows' records are decided ahead (``_decide``: decompression, decide_kernel, which
 only reads the map) on a helper thread, and by the cleaner's thread rather than wait (ahead.py);
 the cleaner's thread writes the decided windows in order (``_write``: assemble_kernel, CRCs,
-compression, the append). The two halves of the pass overlap on two cores.
+compression, the append). The two halves of the pass overlap on two cores: the windows of all the
+group's sources are one stream, so the next source is decided while this one is written even
+when each source is a single window (Kafka's 1 MiB segments).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from ..log.log import Log
+from ..index.txn_index import AbortedTxn
 from ..log.segment import AppendedBatch, LogSegment
 from ..records import batch_format as bf
 from ..records.batch import crc32c, crc_mismatch
@@ -75,6 +77,7 @@ _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 _NO_BITS = np.zeros(0, dtype=np.uint8)
 
 KeyDecisions = SipHashOffsetMap | ExactDecisions
+Source = tuple[LogSegment, Iterable[AbortedTxn]]  # a segment to clean and its aborted transactions
 
 
 class Destination(Protocol):
@@ -107,6 +110,26 @@ class Decisions:
     n_invalid: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class _Source:
+    """A source segment opened for cleaning, with its batches' modes (``_batch_modes``)."""
+
+    view: SegmentView
+    mode: np.ndarray
+    marker_for_empty_txn: np.ndarray
+    retain_empty: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Window:
+    """The batches [lo, hi) of a source; ``last`` for its last window."""
+
+    source: _Source
+    lo: int
+    hi: int
+    last: bool
+
+
 class SegmentFilter:
     def __init__(self, *, now_ms: int, delete_retention_ms: int, check_done: Callable[[], None],
                  throttler: Throttler | None = None) -> None:
@@ -115,22 +138,44 @@ class SegmentFilter:
         self.check_done = check_done
         self.throttler = throttler
 
-    def clean_into(self, log: Log | None, source: LogSegment, dest: Destination, offset_map: KeyDecisions,
+    def clean_into(self, sources: Sequence[Source], dest: Destination, offset_map: KeyDecisions,
                    txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
                    upper_bound: int, stats: CleanerStats) -> None:
-        with SegmentView(source) as view:
-            if view.count == 0:
-                return
-            mode, marker_for_empty_txn, retain_empty = self._batch_modes(view, txns, last_records, upper_bound)
+        """The source segments, in order, cleaned into ``dest``; each source's aborted
+        transactions are added to ``txns`` before its batches are read."""
+        opened: list[SegmentView] = []
 
-            def decide(window: tuple[int, int]) -> Decisions:  # on the helper thread
-                return self._decide(view, window[0], window[1], mode[window[0]:window[1]], offset_map)
+        def windows() -> Iterator[_Window]:  # drawn in order, by either thread (ahead.py)
+            for seg, aborted in sources:
+                txns.add_aborted_transactions(aborted)
+                view = SegmentView(seg)
+                opened.append(view)
+                view.__enter__()
+                if view.count == 0:
+                    view.close()
+                    continue
+                source = _Source(view, *self._batch_modes(view, txns, last_records, upper_bound))
+                spans = list(view.windows(WINDOW_BYTES))
+                for i, (lo, hi) in enumerate(spans):
+                    yield _Window(source, lo, hi, last=i == len(spans) - 1)
 
-            with Ahead(decide, list(view.windows(WINDOW_BYTES)), name="cleaning-decisions") as windows:
-                for d in windows:
+        def decide(w: _Window) -> tuple[_Window, Decisions]:  # on the helper thread
+            return w, self._decide(w.source.view, w.lo, w.hi, w.source.mode[w.lo:w.hi], offset_map)
+
+        try:
+            # One stream of windows over every source: the next segment is decided while this one
+            # is written, however small the segments are.
+            with Ahead(decide, windows(), name="cleaning-decisions") as decided:
+                for w, d in decided:
                     self.check_done()
-                    self._write(view, d, mode[d.lo:d.hi], marker_for_empty_txn[d.lo:d.hi], retain_empty[d.lo:d.hi],
-                                dest, stats)
+                    src, lo, hi = w.source, w.lo, w.hi
+                    self._write(src.view, d, src.mode[lo:hi], src.marker_for_empty_txn[lo:hi],
+                                src.retain_empty[lo:hi], dest, stats)
+                    if w.last:
+                        src.view.close()  # written: release the mapping now
+        finally:
+            for view in opened:
+                view.close()
 
     # ------------------------------------------------------------------ batch decisions
     def _batch_modes(self, view: SegmentView, txns: CleanedTransactionMetadata,

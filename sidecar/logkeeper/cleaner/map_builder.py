@@ -4,11 +4,11 @@ For the dirty segments of [start, end), in order, from the offset-index position
 in each: control batches and the transaction index's aborted data are counted but not mapped
 (see txn.py); every keyed record at or above ``start`` goes into the map (the compiled loops of
 map_kernel.py: windows are parsed and hashed ahead, on a helper thread and by the cleaner's
-thread while it would wait, cleaner/ahead.py; the cleaner's thread puts them into the table in
-order). When the map reaches its load factor the round stops there: the map is partial and its
-latest offset (the last offset mapped, or the last whole batch's) bounds the round. After each
-whole segment the latest offset moves to the next segment's base - 1 (or ``end`` - 1), so a gap
-of missing offsets does not hold the cleaner back.
+thread while it would wait, cleaner/ahead.py, in one stream across the segments; the cleaner's
+thread puts them into the table in order). When the map reaches its load factor the round
+stops there: the map is partial and its latest offset (the last offset mapped, or the last
+whole batch's) bounds the round. After each whole segment the latest offset moves to the next
+segment's base - 1 (or ``end`` - 1), so a gap of missing offsets does not hold the cleaner back.
 
 Statistics as Kafka counts them: records read while mapping; bytes read, counted by read-buffer
 chunks of ``io_buffer_size`` bytes (a chunk ends before the first batch that does not fit; a
@@ -19,7 +19,7 @@ counted, as Kafka returns before counting it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,12 +45,30 @@ CheckDone = Callable[[], None]
 
 
 @dataclass(frozen=True, eq=False)
-class HashedWindow:
-    """A window's batches [lo, hi) with their record areas and hash_kernel's rows; ``rows``
-    batches parsed, and the error of the next one when ``error`` is not ERR_NONE."""
+class _DirtySegment:
+    """A dirty segment opened for the build: its view, its batches' map modes, the next one's base."""
 
+    view: SegmentView
+    mode: np.ndarray
+    next_start: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Window:
+    """The batches [lo, hi) of a dirty segment; ``last`` for its last window."""
+
+    segment: _DirtySegment
     lo: int
     hi: int
+    last: bool
+
+
+@dataclass(frozen=True, eq=False)
+class HashedWindow:
+    """A window with its record areas and hash_kernel's rows; ``rows`` batches parsed, and the
+    error of the next one when ``error`` is not ERR_NONE."""
+
+    window: _Window
     areas: RecordAreas
     hashed: npt.NDArray[np.int64]
     rows: int
@@ -80,11 +98,40 @@ class MapBuilder:
         max_keys = sum(min(nxt - max(start, seg.base_offset), (seg.size_in_bytes - position) // MIN_RECORD_SIZE + 1)
                        for seg, position, nxt in zip(dirty, positions, next_starts))
         offset_map.prepare(max_keys, start, end)
-        for seg, position, next_start in zip(dirty, positions, next_starts):
-            self.check_done()
-            with SegmentView(seg, position) as view:
-                if self._build_segment(log, view, offset_map, start, next_start, txns, stats):
-                    break
+        k0, k1 = offset_map.k0, offset_map.k1  # the map's secret stays for the round (grow keeps it)
+        opened: list[SegmentView] = []
+
+        def windows() -> Iterator[_Window]:  # drawn in order, by either thread (ahead.py)
+            for seg, position, next_start in zip(dirty, positions, next_starts):
+                view = SegmentView(seg, position)
+                opened.append(view)
+                view.__enter__()
+                segment = _DirtySegment(view, self.batch_modes(view, txns), next_start)
+                spans = list(view.windows(WINDOW_BYTES)) or [(0, 0)]  # an empty segment still ends
+                for i, (lo, hi) in enumerate(spans):
+                    yield _Window(segment, lo, hi, last=i == len(spans) - 1)
+
+        def hash_window(w: _Window) -> HashedWindow:  # on the helper thread
+            return self._hash_window(w, start, k0, k1)
+
+        try:
+            # One stream of windows over every dirty segment: the next segment is parsed and hashed
+            # while this one's hashes go into the table, however small the segments are.
+            with Ahead(hash_window, windows(), name="offset-map-hashing") as hashed:
+                for w in hashed:
+                    self.check_done()
+                    view = w.window.segment.view
+                    full_row = self._put_window(view, w, offset_map, start, stats)
+                    if full_row >= 0:
+                        stats.index_bytes_read(self._chunk_bytes(view, log, full_row))
+                        return
+                    if w.window.last:
+                        stats.index_bytes_read(self._chunk_bytes(view, log, -1))
+                        offset_map.update_latest_offset(w.window.segment.next_start - 1)
+                        view.close()  # its windows are all put: release the mapping now
+        finally:
+            for view in opened:
+                view.close()
 
     @staticmethod
     def batch_modes(view: SegmentView, txns: CleanedTransactionMetadata) -> np.ndarray:
@@ -101,57 +148,49 @@ class MapBuilder:
                 mode[row] = mk.MAP_ABORTED
         return mode
 
-    def _build_segment(self, log: Log, view: SegmentView, offset_map: SipHashOffsetMap, start: int,
-                       next_start: int, txns: CleanedTransactionMetadata, stats: CleanerStats) -> bool:
+    @staticmethod
+    def _hash_window(w: _Window, start: int, k0: np.uint64, k1: np.uint64) -> HashedWindow:
+        """Parse the window's batches and hash their keys (hash_kernel; no GIL, no map access)."""
+        view, mode, lo, hi = w.segment.view, w.segment.mode, w.lo, w.hi
         t = view.table
-        mode = self.batch_modes(view, txns)
-        last_offsets = t.last_offset
-        k0, k1 = offset_map.k0, offset_map.k1  # the map's secret stays for the round (grow keeps it)
+        if lo == hi:  # an empty segment's one window
+            return HashedWindow(w, record_areas(view, lo, hi), np.empty((0, 3), dtype=np.int64), 0, ERR_NONE, 0, 0)
+        areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MAP_DATA)
+        counts = t.record_count[lo:hi]
+        hashed = np.empty((mk.hashed_rows(counts, areas.start, areas.end, mode[lo:hi]), 3), dtype=np.int64)
+        rows, _, err, err_pos, detail = mk.hash_kernel(
+            view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, counts, t.base_offset[lo:hi],
+            mode[lo:hi], start, k0, k1, hashed)
+        return HashedWindow(w, areas, hashed, int(rows), int(err), int(err_pos), int(detail))
 
-        def hash_window(window: tuple[int, int]) -> HashedWindow:  # on the helper thread
-            lo, hi = window
-            areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MAP_DATA)
-            counts = t.record_count[lo:hi]
-            hashed = np.empty((mk.hashed_rows(counts, areas.start, areas.end, mode[lo:hi]), 3), dtype=np.int64)
-            rows, _, err, err_pos, detail = mk.hash_kernel(
-                view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, counts, t.base_offset[lo:hi],
-                mode[lo:hi], start, k0, k1, hashed)
-            return HashedWindow(lo, hi, areas, hashed, int(rows), int(err), int(err_pos), int(detail))
-
+    def _put_window(self, view: SegmentView, w: HashedWindow, offset_map: SipHashOffsetMap, start: int,
+                    stats: CleanerStats) -> int:
+        """Put a hashed window into the table in offset order; the row where the map filled, or -1."""
+        t = view.table
+        lo, hi, mode = w.window.lo, w.window.hi, w.window.segment.mode
+        if lo == hi:
+            return -1
         entries, latest = offset_map.size, offset_map.latest_offset
-        max_entries = offset_map.max_entries
-        full_row = -1
-        with Ahead(hash_window, list(view.windows(WINDOW_BYTES)), name="offset-map-hashing") as windows:
-            for w in windows:
-                self.check_done()
-                lo, hi = w.lo, w.hi
-                row, rec = 0, 0
-                while True:
-                    status, row, rec, entries, latest, counted = mk.put_kernel(
-                        t.record_count[lo:hi], last_offsets[lo:hi], mode[lo:hi], row, w.rows, rec, start,
-                        w.hashed, offset_map.table, np.int64(entries), np.int64(max_entries),
-                        np.int64(offset_map.grow_at), offset_map.table.shape[0] < offset_map.slots_limit,
-                        np.int64(latest), offset_map.superseded, np.int64(offset_map.superseded_base))
-                    stats.index_messages_read(int(counted))
-                    if status == mk.NEED_GROW:
-                        offset_map.set_state(int(entries), int(latest))
-                        offset_map.grow()
-                        continue
-                    break
+        row, rec = 0, 0
+        while True:
+            status, row, rec, entries, latest, counted = mk.put_kernel(
+                t.record_count[lo:hi], t.last_offset[lo:hi], mode[lo:hi], row, w.rows, rec, start,
+                w.hashed, offset_map.table, np.int64(entries), np.int64(offset_map.max_entries),
+                np.int64(offset_map.grow_at), offset_map.table.shape[0] < offset_map.slots_limit,
+                np.int64(latest), offset_map.superseded, np.int64(offset_map.superseded_base))
+            stats.index_messages_read(int(counted))
+            if status == mk.NEED_GROW:
                 offset_map.set_state(int(entries), int(latest))
-                if status != mk.FULL and w.error != ERR_NONE:  # a full map stopped before the bad batch
-                    raise self._error(view, bool(w.areas.in_dbuf[w.rows]), lo + w.rows, w.error, w.error_position,
-                                      w.detail)
-                if self.throttler is not None:
-                    self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
-                if status == mk.FULL:
-                    full_row = lo + int(row)
-                    break
-        stats.index_bytes_read(self._chunk_bytes(view, log, full_row))
-        if full_row >= 0:
-            return True
-        offset_map.update_latest_offset(next_start - 1)
-        return False
+                offset_map.grow()
+                continue
+            break
+        offset_map.set_state(int(entries), int(latest))
+        if status != mk.FULL and w.error != ERR_NONE:  # a full map stopped before the bad batch
+            raise self._error(view, bool(w.areas.in_dbuf[w.rows]), lo + w.rows, w.error, w.error_position,
+                              w.detail)
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(int(t.position[hi - 1] + t.size[hi - 1] - t.position[lo]))
+        return lo + int(row) if status == mk.FULL else -1
 
     def _chunk_bytes(self, view: SegmentView, log: Log, full_row: int) -> int:
         """Bytes Kafka counts: whole read chunks, up to the one where the map filled."""

@@ -46,7 +46,7 @@ from ..cleaner.map_builder import MapBuilder
 from ..cleaner.map_kernel import MODE_ABORTED
 from ..cleaner.producers import LastRecord, last_records_in
 from ..cleaner.segment_view import SegmentView
-from ..cleaner.txn import CleanedTransactionMetadata, collect_aborted_in
+from ..cleaner.txn import AbortedTxns, CleanedTransactionMetadata, collect_aborted_in
 from ..index.txn_index import AbortedTxn
 from ..log import names
 from ..log.checkpoint import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
@@ -290,6 +290,7 @@ def plan_compaction(log_dir: Path, tp: TopicPartition, config: LogConfig, *, now
         map_txns.add_aborted_transactions(collect_aborted_in(snap.segments, start, dirty, end))
         # the rewriting side's transaction state, as Cleaner.clean_segments walks every group
         txns = CleanedTransactionMetadata()
+        aborted_txns = AbortedTxns(snap.segments, start, segs[0].base_offset if segs else start)
         groups: list[GroupPlan] = []
         chunks: list[ChunkInfo] = []
         clean_bytes = dirty_bytes = 0
@@ -298,7 +299,7 @@ def plan_compaction(log_dir: Path, tp: TopicPartition, config: LogConfig, *, now
             aborted: list[tuple[AbortedTxn, ...]] = []
             for i, seg in enumerate(group):
                 upper = group[i + 1].base_offset if i + 1 < len(group) else seg.read_next_offset()
-                found = collect_aborted_in(snap.segments, start, seg.base_offset, upper)
+                found = aborted_txns.collect(seg.base_offset, upper)
                 aborted.append(tuple(found))
                 txns.add_aborted_transactions(found)
                 with SegmentView(seg) as view:

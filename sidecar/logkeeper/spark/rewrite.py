@@ -105,9 +105,8 @@ def rewrite_group(plan: CompactionPlan, group_index: int, decisions: ExactDecisi
             filt = SegmentFilter(now_ms=plan.now_ms, delete_retention_ms=plan.config.delete_retention_ms,
                                  check_done=_noop)
             with WindowAppender(cleaned) as appender:  # writes a window while the next is cleaned
-                for seg, aborted in zip(sources, group.aborted):
-                    txns.add_aborted_transactions(aborted)
-                    filt.clean_into(None, seg, appender, decisions, txns, plan.last_records, plan.end_offset, stats)
+                filt.clean_into(list(zip(sources, group.aborted)), appender, decisions, txns, plan.last_records,
+                                plan.end_offset, stats)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified_ms(sources[-1].last_modified_ms)
