@@ -93,6 +93,35 @@ def test_an_error_during_an_inline_group_leaves_no_cleaned_file(tmp_path: Path,
     log.close()
 
 
+def test_an_error_after_some_groups_of_a_batch_leaves_no_cleaned_file(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The groups of a swap batch are cleaned as one stream: when a later group fails, the cleaned
+    segments of the batch's finished groups go too, and the log is as it was."""
+    log = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS)
+    i = 0
+    while len(log.segments) < 12:  # every group keeps records: each appends
+        append_kvs(log, [(b"k%d" % i if i % 3 else b"dup", b"v%06d" % i)], timestamp=START_MS + i)
+        i += 1
+    latest = {r.key: (r.offset, r.value) for r in read_log(log)}
+    files = sorted(p.name for p in log.dir.iterdir())
+    real = InlineAppender.append
+    calls: list[int] = []
+
+    def fail_third(self: InlineAppender, batches: object, data: memoryview) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(5, "Input/output error")
+        real(self, batches, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(InlineAppender, "append", fail_third)
+    with pytest.raises(OSError, match="Input/output"):
+        clean(log)
+    assert len(calls) == 3
+    assert sorted(p.name for p in log.dir.iterdir()) == files
+    assert {r.key: (r.offset, r.value) for r in read_log(log)} == latest
+    log.close()
+
+
 def test_producers_read_once_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = build(tmp_path / "t-0")
     calls: list[int] = []

@@ -29,14 +29,16 @@ does on abort only; the loader removes any left by a crash).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 
 from ..fileio import CrashHook
+from ..index.txn_index import AbortedTxn
 from ..log.log import Log
 from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
 from ..log.segment import LogSegment
 from .appender import appender_for
-from .filter import SegmentFilter
+from .filter import Destination, SegmentFilter
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
 from .offset_map import SipHashOffsetMap
@@ -69,6 +71,62 @@ def swap_batches(groups: Sequence[Sequence[LogSegment]]) -> list[list[Sequence[L
         batches[-1].append(group)
         size += group_bytes
     return batches
+
+
+def _uppers(segments: Sequence[LogSegment]) -> list[int]:
+    """Where each segment's offsets end: the next one's base, the last one's next offset."""
+    return [seg.base_offset for seg in segments[1:]] + [segments[-1].read_next_offset()]
+
+
+class _GroupWriter:
+    """The cleaned segments of a batch of groups, one at a time as the filter reaches each
+    (``open``, ``finish``); on a failure, ``abandon`` deletes them all."""
+
+    def __init__(self, log: Log, groups: Sequence[Sequence[LogSegment]]) -> None:
+        self._log = log
+        self._groups = groups
+        self.written: list[LogSegment] = []
+        self._current: tuple[LogSegment, ExitStack] | None = None
+
+    def open(self, g: int) -> Destination:
+        """A new ``.cleaned`` segment for group ``g``, and what appends to it."""
+        segments = self._groups[g]
+        group_bytes = sum(seg.size_in_bytes for seg in segments)
+        cleaned = self._log.new_cleaned_segment(segments[0].base_offset,
+                                                max_index_size=cleaned_index_bound(group_bytes, self._log.config))
+        stack = ExitStack()
+        self._current = (cleaned, stack)
+        appender = appender_for(cleaned, group_bytes)  # big groups: written while the next is cleaned
+        stack.enter_context(appender)
+        return appender
+
+    def finish(self, g: int, aborted: list[AbortedTxn]) -> None:
+        """Group ``g`` is cleaned: its segment whole, indexed and trimmed, not yet synced."""
+        if self._current is None:
+            raise RuntimeError(f"group {g} finished before it was opened")
+        cleaned, stack = self._current
+        self._current = None
+        try:
+            stack.close()  # every window appended (a big group's helper raises its error here)
+            for txn in aborted:
+                cleaned.txn_index.append(txn)
+            cleaned.on_become_inactive()
+            cleaned.set_last_modified_ms(self._groups[g][-1].last_modified_ms)
+        except BaseException:
+            cleaned.delete_if_exists()
+            raise
+        self.written.append(cleaned)
+
+    def abandon(self, error: BaseException) -> None:
+        if self._current is not None:
+            cleaned, stack = self._current
+            self._current = None
+            try:
+                stack.__exit__(type(error), error, error.__traceback__)  # the helper drops what waits
+            finally:
+                cleaned.delete_if_exists()
+        for cleaned in self.written:
+            cleaned.delete_if_exists()
 
 
 def cleaned_index_bound(group_bytes: int, config: LogConfig) -> int:
@@ -175,43 +233,23 @@ class Cleaner:
         if aborted is None:  # read once for every group, as a round does (AbortedTxns)
             first = groups[0][0].base_offset if groups and groups[0] else log.log_start_offset
             aborted = AbortedTxns(log.segments, log.log_start_offset, first)
-        written: list[LogSegment] = []
+        writer = _GroupWriter(log, groups)
         swapping = False
         try:
-            for segments in groups:
-                written.append(self._write_group(log, segments, offset_map, now_ms, stats, txns, upper_bound,
-                                                 last_records, aborted))
-            for cleaned in written:
-                cleaned.flush()  # their writeback was started as they were written
-            swapping = True  # from here a failure is a crash between replace.py's steps
-            log.replace_segments(written, [seg for segments in groups for seg in segments],
-                                 crash_hook=self.crash_hook, sync_renamed=sync_renamed)
-        except BaseException:
-            if not swapping:
-                for cleaned in written:
-                    cleaned.delete_if_exists()
-            raise
-
-    def _write_group(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap, now_ms: int,
-                     stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int,
-                     last_records: dict[int, LastRecord], aborted: AbortedTxns) -> LogSegment:
-        """``segments`` cleaned into a new ``.cleaned`` segment, not yet synced (deleted on an error)."""
-        group_bytes = sum(seg.size_in_bytes for seg in segments)
-        cleaned = log.new_cleaned_segment(segments[0].base_offset,
-                                          max_index_size=cleaned_index_bound(group_bytes, log.config))
-        txns.cleaned_index = cleaned.txn_index
-        try:
+            sources = [[(seg, aborted.collect(seg.base_offset, up)) for seg, up in zip(segments, _uppers(segments))]
+                       for segments in groups]
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
-            with appender_for(cleaned, group_bytes) as appender:  # big groups: the next window cleaned meanwhile
-                uppers = [seg.base_offset for seg in segments[1:]] + [segments[-1].read_next_offset()]
-                sources = [(seg, aborted.collect(seg.base_offset, upper)) for seg, upper in zip(segments, uppers)]
-                filt.clean_into(sources, appender, offset_map, txns, last_records, upper_bound, stats)
-            cleaned.on_become_inactive()
-            cleaned.set_last_modified_ms(segments[-1].last_modified_ms)
-            return cleaned
-        except BaseException:
-            cleaned.delete_if_exists()
+            filt.clean_groups_into(sources, writer.open, writer.finish, offset_map, txns, last_records, upper_bound,
+                                   stats)
+            for cleaned in writer.written:
+                cleaned.flush()  # their writeback was started as they were written
+            swapping = True  # from here a failure is a crash between replace.py's steps
+            log.replace_segments(writer.written, [seg for segments in groups for seg in segments],
+                                 crash_hook=self.crash_hook, sync_renamed=sync_renamed)
+        except BaseException as e:
+            if not swapping:
+                writer.abandon(e)
             raise
 
     def group_segments_by_size(self, segments: Sequence[LogSegment], max_size: int, max_index_size: int,

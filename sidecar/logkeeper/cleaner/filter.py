@@ -122,8 +122,9 @@ class _Source:
 
 @dataclass(frozen=True, eq=False)
 class _Window:
-    """The batches [lo, hi) of a source; ``last`` for its last window."""
+    """The batches [lo, hi) of a source of group ``group``; ``last`` for the source's last window."""
 
+    group: int
     source: _Source
     lo: int
     hi: int
@@ -140,39 +141,73 @@ class SegmentFilter:
 
     def clean_into(self, sources: Sequence[Source], dest: Destination, offset_map: KeyDecisions,
                    txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
-                   upper_bound: int, stats: CleanerStats) -> None:
-        """The source segments, in order, cleaned into ``dest``; each source's aborted
-        transactions are added to ``txns`` before its batches are read."""
+                   upper_bound: int, stats: CleanerStats) -> list[AbortedTxn]:
+        """The source segments, in order, cleaned into ``dest``; the aborted transactions the
+        cleaned segment must index (``clean_groups_into`` for one group)."""
+        kept: list[AbortedTxn] = []
+        self.clean_groups_into([sources], lambda _g: dest, lambda _g, aborted: kept.extend(aborted), offset_map,
+                               txns, last_records, upper_bound, stats)
+        return kept
+
+    def clean_groups_into(self, groups: Sequence[Sequence[Source]], dest_for: Callable[[int], Destination],
+                          finish: Callable[[int, list[AbortedTxn]], None], offset_map: KeyDecisions,
+                          txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
+                          upper_bound: int, stats: CleanerStats) -> None:
+        """Each group's source segments, in order, cleaned into the destination ``dest_for(g)``
+        returns, called when the group's first window is written (or when it has none, before it
+        is finished); ``finish(g, aborted)`` after its last, with the aborted transactions its
+        cleaned segment must index. Each source's aborted transactions are added to ``txns``
+        before its batches are read.
+
+        The windows of all the groups are one stream (ahead.py): the next window is decided while
+        this one is written, across sources and groups, however small the segments are."""
         opened: list[SegmentView] = []
+        kept: list[list[AbortedTxn]] = []  # each group's, filled as its sources are read
 
         def windows() -> Iterator[_Window]:  # drawn in order, by either thread (ahead.py)
-            for seg, aborted in sources:
-                txns.add_aborted_transactions(aborted)
-                view = SegmentView(seg)
-                opened.append(view)
-                view.__enter__()
-                if view.count == 0:
-                    view.close()
-                    continue
-                source = _Source(view, *self._batch_modes(view, txns, last_records, upper_bound))
-                spans = list(view.windows(WINDOW_BYTES))
-                for i, (lo, hi) in enumerate(spans):
-                    yield _Window(source, lo, hi, last=i == len(spans) - 1)
+            for g, sources in enumerate(groups):
+                kept.append([])
+                txns.kept_aborted = kept[g]
+                for seg, aborted in sources:
+                    txns.add_aborted_transactions(aborted)
+                    view = SegmentView(seg)
+                    opened.append(view)
+                    view.__enter__()
+                    if view.count == 0:
+                        view.close()
+                        continue
+                    source = _Source(view, *self._batch_modes(view, txns, last_records, upper_bound))
+                    spans = list(view.windows(WINDOW_BYTES))
+                    for i, (lo, hi) in enumerate(spans):
+                        yield _Window(g, source, lo, hi, last=i == len(spans) - 1)
 
         def decide(w: _Window) -> tuple[_Window, Decisions]:  # on the helper thread
             return w, self._decide(w.source.view, w.lo, w.hi, w.source.mode[w.lo:w.hi], offset_map)
 
+        group = -1
+        dest: Destination | None = None
+
+        def reach(g: int) -> None:
+            """Finish the groups before ``g`` (every window of theirs is written) and open ``g``."""
+            nonlocal group, dest
+            while group < g:
+                if group >= 0:
+                    finish(group, kept[group])
+                group += 1
+                dest = dest_for(group) if group < len(groups) else None
+
         try:
-            # One stream of windows over every source: the next segment is decided while this one
-            # is written, however small the segments are.
             with Ahead(decide, windows(), name="cleaning-decisions") as decided:
                 for w, d in decided:
                     self.check_done()
+                    reach(w.group)
+                    assert dest is not None
                     src, lo, hi = w.source, w.lo, w.hi
                     self._write(src.view, d, src.mode[lo:hi], src.marker_for_empty_txn[lo:hi],
                                 src.retain_empty[lo:hi], dest, stats)
                     if w.last:
                         src.view.close()  # written: release the mapping now
+            reach(len(groups))  # the stream is drawn to its end: every group's list is whole
         finally:
             for view in opened:
                 view.close()

@@ -27,7 +27,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..index.txn_index import AbortedTxn, TransactionIndex
+from ..index.txn_index import AbortedTxn
 from ..log.log import Log
 from ..log.segments import LogSegments
 from ..records.control import ControlType
@@ -45,7 +45,9 @@ class _OngoingAborted:
 class CleanedTransactionMetadata:
     """Transaction state while cleaning (Kafka's CleanedTransactionMetadata)."""
 
-    cleaned_index: TransactionIndex | None = None
+    # the aborted transactions whose marker stays, in order: the cleaned segment's transaction
+    # index entries (written by whoever owns that segment, once its batches are decided)
+    kept_aborted: list[AbortedTxn] = field(default_factory=list)
     _heap: list[tuple[int, int, AbortedTxn]] = field(default_factory=list)
     _seq: int = 0
     _ongoing_committed: set[int] = field(default_factory=set)
@@ -69,8 +71,7 @@ class CleanedTransactionMetadata:
         if control_type == ControlType.ABORT:
             ongoing = self._ongoing_aborted.pop(producer_id, None)
             if ongoing is not None and ongoing.last_observed_batch_offset is not None:
-                if self.cleaned_index is not None:
-                    self.cleaned_index.append(ongoing.txn)
+                self.kept_aborted.append(ongoing.txn)
                 return False
             return True
         if control_type == ControlType.COMMIT:

@@ -295,6 +295,7 @@ def plan_compaction(log_dir: Path, tp: TopicPartition, config: LogConfig, *, now
         chunks: list[ChunkInfo] = []
         clean_bytes = dirty_bytes = 0
         for g, group in enumerate(groups_segs):
+            txns.kept_aborted = []  # the walk's, not the group's: the rewrite collects its own
             snapshot = copy.deepcopy(txns)
             aborted: list[tuple[AbortedTxn, ...]] = []
             for i, seg in enumerate(group):

@@ -100,13 +100,14 @@ def rewrite_group(plan: CompactionPlan, group_index: int, decisions: ExactDecisi
                              max_index_size=config.max_index_size, clock_ms=lambda: plan.now_ms)
         try:
             txns = copy.deepcopy(group.txns)
-            txns.cleaned_index = cleaned.txn_index
             stats = CleanerStats()
             filt = SegmentFilter(now_ms=plan.now_ms, delete_retention_ms=plan.config.delete_retention_ms,
                                  check_done=_noop)
             with WindowAppender(cleaned) as appender:  # writes a window while the next is cleaned
-                filt.clean_into(list(zip(sources, group.aborted)), appender, decisions, txns, plan.last_records,
-                                plan.end_offset, stats)
+                kept = filt.clean_into(list(zip(sources, group.aborted)), appender, decisions, txns,
+                                       plan.last_records, plan.end_offset, stats)
+            for txn in kept:
+                cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified_ms(sources[-1].last_modified_ms)
