@@ -122,6 +122,35 @@ def test_an_error_after_some_groups_of_a_batch_leaves_no_cleaned_file(tmp_path: 
     log.close()
 
 
+def test_a_cleaned_segment_that_cannot_be_made_ahead_fails_the_batch_and_leaves_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups' cleaned segments are made ahead, on the thread deciding their first window: when
+    one cannot be made (a full disk), the error stops the round at that group and every segment
+    made for the batch, written or made ahead, is deleted."""
+    log = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS)
+    i = 0
+    while len(log.segments) < 12:
+        append_kvs(log, [(b"k%d" % i if i % 3 else b"dup", b"v%06d" % i)], timestamp=START_MS + i)
+        i += 1
+    latest = {r.key: (r.offset, r.value) for r in read_log(log)}
+    files = sorted(p.name for p in log.dir.iterdir())
+    real = Log.new_cleaned_segment
+    made: list[int] = []
+
+    def full_at_fourth(self: Log, base_offset: int, max_index_size: int | None = None) -> object:
+        made.append(base_offset)
+        if len(made) == 4:
+            raise OSError(28, "No space left on device")
+        return real(self, base_offset, max_index_size)
+
+    monkeypatch.setattr(Log, "new_cleaned_segment", full_at_fourth)
+    with pytest.raises(OSError, match="No space"):
+        clean(log)
+    assert sorted(p.name for p in log.dir.iterdir()) == files
+    assert {r.key: (r.offset, r.value) for r in read_log(log)} == latest
+    log.close()
+
+
 def test_producers_read_once_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = build(tmp_path / "t-0")
     calls: list[int] = []

@@ -122,13 +122,15 @@ class _Source:
 
 @dataclass(frozen=True, eq=False)
 class _Window:
-    """The batches [lo, hi) of a source of group ``group``; ``last`` for the source's last window."""
+    """The batches [lo, hi) of a source of group ``group``; ``last`` for the source's last window,
+    ``first`` for the group's first."""
 
     group: int
     source: _Source
     lo: int
     hi: int
     last: bool
+    first: bool
 
 
 class SegmentFilter:
@@ -152,12 +154,15 @@ class SegmentFilter:
     def clean_groups_into(self, groups: Sequence[Sequence[Source]], dest_for: Callable[[int], Destination],
                           finish: Callable[[int, list[AbortedTxn]], None], offset_map: KeyDecisions,
                           txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
-                          upper_bound: int, stats: CleanerStats) -> None:
+                          upper_bound: int, stats: CleanerStats,
+                          prepare: Callable[[int], None] | None = None) -> None:
         """Each group's source segments, in order, cleaned into the destination ``dest_for(g)``
         returns, called when the group's first window is written (or when it has none, before it
         is finished); ``finish(g, aborted)`` after its last, with the aborted transactions its
-        cleaned segment must index. Each source's aborted transactions are added to ``txns``
-        before its batches are read.
+        cleaned segment must index. ``prepare(g)``, when given, is called with the group's first
+        window decided, on whichever thread decides it (ahead of ``dest_for(g)``: the destination
+        can be made there, off the writing thread). Each source's aborted transactions are added
+        to ``txns`` before its batches are read.
 
         The windows of all the groups are one stream (ahead.py): the next window is decided while
         this one is written, across sources and groups, however small the segments are."""
@@ -166,6 +171,7 @@ class SegmentFilter:
 
         def windows() -> Iterator[_Window]:  # drawn in order, by either thread (ahead.py)
             for g, sources in enumerate(groups):
+                first = True
                 kept.append([])
                 txns.kept_aborted = kept[g]
                 for seg, aborted in sources:
@@ -179,9 +185,12 @@ class SegmentFilter:
                     source = _Source(view, *self._batch_modes(view, txns, last_records, upper_bound))
                     spans = list(view.windows(WINDOW_BYTES))
                     for i, (lo, hi) in enumerate(spans):
-                        yield _Window(g, source, lo, hi, last=i == len(spans) - 1)
+                        yield _Window(g, source, lo, hi, last=i == len(spans) - 1, first=first)
+                        first = False
 
         def decide(w: _Window) -> tuple[_Window, Decisions]:  # on the helper thread
+            if w.first and prepare is not None:
+                prepare(w.group)
             return w, self._decide(w.source.view, w.lo, w.hi, w.source.mode[w.lo:w.hi], offset_map)
 
         group = -1
