@@ -7,8 +7,8 @@ Modules, one job each:
 - offset_map.py    OffsetMap (the interface) and SipHashOffsetMap (24-byte slots, numba probes)
 - segment_view.py  a segment mapped whole, its batch headers, windows and record areas
 - map_kernel.py    compiled loops filling the map (hash, put) | map_builder.py  a round's map
-- filter_kernels.py compiled record decisions and batch output | filter.py  one segment's copy
-- ahead.py         a window's first step done ahead on a helper thread (both of the above)
+- filter_kernels.py compiled record decisions and batch output | filter.py  groups' copies
+- ahead.py         a stream of windows' first step done ahead by pool helpers (both of the above)
 - appender.py      a cleaned segment's windows appended on a helper thread
 - txn.py           transaction state while walking a log (aborted data, markers)
 - producers.py     the producers still active, whose last batch must stay

@@ -10,7 +10,10 @@ A round (``do_clean``):
    consecutive groups at a time (``clean_groups``, ``swap_batches``): with small segments
    (Kafka's 1 MiB) the fsyncs of each group's replacement, not the cleaning, were most of a
    round; a batch is written, then synced and swapped in by one replacement (each file fsynced,
-   the directory twice). A crash before a batch's swap rolls the whole batch back.
+   the directory twice). A crash before a batch's swap rolls the whole batch back. A batch's
+   groups are cleaned as one stream of windows (filter.py ``clean_groups_into``): the next
+   window, of this group or the next, is decided, and the next group's segment made, while this
+   one is written (``_GroupWriter``).
 
 Replacing a batch of groups, crash-safely (log/replace.py's numbered steps, Log.replace_segments):
 
