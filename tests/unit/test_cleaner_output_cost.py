@@ -31,6 +31,16 @@ def build(path: Path) -> Log:
     return log
 
 
+def build_keeping(path: Path) -> Log:
+    """As ``build``, with mostly distinct keys: every group keeps records (each appends)."""
+    log = Log(path, CONFIG, clock_ms=lambda: START_MS)
+    i = 0
+    while len(log.segments) < 12:
+        append_kvs(log, [(b"k%d" % i if i % 3 else b"dup", b"v%06d" % i)], timestamp=START_MS + i)
+        i += 1
+    return log
+
+
 def clean(log: Log) -> None:
     c = Cleaner(0, SipHashOffsetMap(slots=1 << 12), clock_ms=lambda: START_MS)
     c.clean(LogToClean(log, 0, log.active_segment.base_offset))
@@ -97,11 +107,7 @@ def test_an_error_after_some_groups_of_a_batch_leaves_no_cleaned_file(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The groups of a swap batch are cleaned as one stream: when a later group fails, the cleaned
     segments of the batch's finished groups go too, and the log is as it was."""
-    log = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS)
-    i = 0
-    while len(log.segments) < 12:  # every group keeps records: each appends
-        append_kvs(log, [(b"k%d" % i if i % 3 else b"dup", b"v%06d" % i)], timestamp=START_MS + i)
-        i += 1
+    log = build_keeping(tmp_path / "t-0")
     latest = {r.key: (r.offset, r.value) for r in read_log(log)}
     files = sorted(p.name for p in log.dir.iterdir())
     real = InlineAppender.append
@@ -127,11 +133,7 @@ def test_a_cleaned_segment_that_cannot_be_made_ahead_fails_the_batch_and_leaves_
     """Groups' cleaned segments are made ahead, on the thread deciding their first window: when
     one cannot be made (a full disk), the error stops the round at that group and every segment
     made for the batch, written or made ahead, is deleted."""
-    log = Log(tmp_path / "t-0", CONFIG, clock_ms=lambda: START_MS)
-    i = 0
-    while len(log.segments) < 12:
-        append_kvs(log, [(b"k%d" % i if i % 3 else b"dup", b"v%06d" % i)], timestamp=START_MS + i)
-        i += 1
+    log = build_keeping(tmp_path / "t-0")
     latest = {r.key: (r.offset, r.value) for r in read_log(log)}
     files = sorted(p.name for p in log.dir.iterdir())
     real = Log.new_cleaned_segment
