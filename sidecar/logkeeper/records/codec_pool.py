@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -26,12 +26,31 @@ _lock = threading.Lock()
 
 
 def codec_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    if len(items) < MIN_ITEMS or _THREADS < 2:
+    n = len(items)
+    if n < MIN_ITEMS or _THREADS < 2:
         return [fn(x) for x in items]
     global _pool
     with _lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="codec")
         pool = _pool
-    chunk = max(1, len(items) // (4 * _THREADS))
-    return list(pool.map(fn, items, chunksize=chunk))
+    # One run of consecutive items per thread, the first on the caller's: a task per item (what
+    # ThreadPoolExecutor.map does; it ignores chunksize) cost a submit and a wake-up per batch,
+    # which with 250-record batches was a visible part of a mixed-codec round.
+    parts = min(_THREADS, n)
+    bounds = [n * k // parts for k in range(parts + 1)]
+
+    def run(k: int) -> list[R]:
+        return [fn(x) for x in items[bounds[k]:bounds[k + 1]]]
+
+    others = [pool.submit(run, k) for k in range(1, parts)]
+    try:
+        out = run(0)
+        for future in others:  # in order: the first error raised is the earliest item's
+            out.extend(future.result())
+    except BaseException:
+        for future in others:
+            future.cancel()
+        wait(others)  # the items point into the caller's buffers (a mapped segment): none is used after
+        raise
+    return out
