@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from logkeeper.server.config import MAX_PARTITIONS_PER_TOPIC
-from logkeeper.server.status_schema import schema_of
+from logkeeper.typed_schema import schema_of
 
 from .compaction import PHASES
 from .names import CLEANERPOLICY, COMPACTIONJOB, GROUP, LOGVOLUME, PLURALS, SHORT_NAMES, VERSION

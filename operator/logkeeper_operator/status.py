@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, TypeVar, cast
 
-from logkeeper.server.status_schema import Also, Doc, PartitionStatus, Status
+from logkeeper.server.status_schema import PartitionStatus, Status
+from logkeeper.typed_schema import Also, Doc
 
 from .times import rfc3339
 

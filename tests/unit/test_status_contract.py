@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,12 +19,15 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from logkeeper.cleaner.backlog import Backlog
+from logkeeper.cleaner.offload import OffloadStatus
 from logkeeper.log.names import TopicPartition
 from logkeeper.server.auth import TokenFile
 from logkeeper.server.config import config_from_document
 from logkeeper.server.http_api import Api, build_app
 from logkeeper.server.service import Sidecar
-from logkeeper.server.status_schema import STATUS_TYPES, PartitionStatus, Status, schema_of
+from logkeeper.server.status_schema import STATUS_TYPES, PartitionStatus, Status
+from logkeeper.spark.progress import Progress, SparkStage, write_progress
+from logkeeper.typed_schema import schema_of
 from logkeeper_operator.crdgen import all_crds
 from logkeeper_operator.status import PodState, build_status
 
@@ -148,6 +152,31 @@ def test_the_contract_schema_rejects_a_changed_answer(answers: dict[str, Any]) -
             doc[change["extra"]] = 1
         with pytest.raises(AssertionError):
             assert_valid(components["Status"], doc, components)
+
+
+def test_a_hand_off_answers_its_contract(answers: dict[str, Any], tmp_path: Path) -> None:
+    """A partition's ``offload`` (cleaner/offload.py) as /v1/status serves it: idle; running, with
+    the job's progress.json as the driver writes it (spark/progress.py; a key this version does
+    not know is left out) and the previous attempt's verdict; done. Typed where it is made, its
+    schema is generated like the rest (it was a hand-written component that missed ``progress``)."""
+    components = answers["openapi"]["components"]["schemas"]
+    write_progress(tmp_path, Progress(stage="rewrite", tasks_done=3, tasks_total=8, bytes_done=10, bytes_total=80,
+                                      bytes_written=5, spark_ui="http://driver:4040", spark_stages=[SparkStage(
+                                          id=4, tasks_done=1, tasks_total=2, tasks_active=1, tasks_failed=0)]))
+    written = json.loads((tmp_path / "progress.json").read_text())
+    (tmp_path / "progress.json").write_text(json.dumps({**written, "a_later_key": 1}))
+    done = OffloadStatus(state="done", attempt="a1", staging=str(tmp_path), job_args=["spark-compact"],
+                         started_ms=1, finished_ms=2, result={"keys": 10, "seconds": {"keys": 1.5}})
+    running = OffloadStatus(state="running", attempt="a2", staging=str(tmp_path), started_ms=3,
+                            previous=done.verdict())
+    entries = [OffloadStatus().to_dict(), running.to_dict(), done.to_dict()]
+    for entry in entries:
+        assert_valid(components["Offload"], entry, components)
+    assert entries[1]["progress"] == written and entries[1]["previous"]["attempt"] == "a1"
+    assert entries[0]["progress"] == {} and entries[0]["previous"] == {}
+    assert components["PartitionStatus"]["properties"]["offload"] == {
+        "allOf": [{"$ref": "#/components/schemas/Offload"}], "nullable": True,
+        "description": "The hand-off of the backlog to a Spark job, when it had one"}
 
 
 def test_the_operator_parses_it_into_a_status_the_crd_admits(answers: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..log.cleaner_hooks import CleanerHooks
 from ..log.names import TopicPartition
@@ -49,7 +49,7 @@ from .stats import MonotonicMs, monotonic_ms
 from .throttler import Throttler
 
 if TYPE_CHECKING:
-    from .offload import Offloader
+    from .offload import Offload, Offloader
 from .worker import (
     CleanerThread,
     CleanerWorker,
@@ -96,7 +96,7 @@ class LogCleaner:
                                        log_dir_failure=log_dir_failure)
             self.manager.offload_filter = self.offloader.wants
 
-    def offload_status(self) -> dict[str, dict[str, Any]]:
+    def offload_status(self) -> dict[str, Offload]:
         """The offload's state per partition handed off (empty when the offload is off)."""
         return self.offloader.status() if self.offloader is not None else {}
 

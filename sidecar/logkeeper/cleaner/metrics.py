@@ -21,7 +21,7 @@ rounds cleaned by the threads and ``offloads`` (partition -> its Spark hand-off:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ class CleanerMetrics:
     backlogs: dict[str, dict[str, Any]] = field(default_factory=dict)
     states: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
-    offloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    offloads: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # offload.Offload each
 
     def to_dict(self) -> dict[str, Any]:
         """Kafka's metric names as keys (plus the logkeeper extras)."""

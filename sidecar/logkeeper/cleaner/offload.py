@@ -68,15 +68,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypedDict
 
 from ..fileio import CrashHook, fsync_dir, no_crash
 from ..log.log import Log
 from ..log.names import CLEANED_SUFFIX, TopicPartition
 from ..log.segment import LogSegment
 from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
-from ..spark.progress import read_progress
+from ..spark.progress import OffloadProgress, read_progress
 from ..spark.rewrite import file_crc32c
+from ..typed_schema import Doc
 from .config import CleanerConfig
 from .install import install_staged
 from .manager import CleanerManager, LogsProvider
@@ -108,9 +109,39 @@ def env_crash_hook() -> CrashHook | None:
     return hook
 
 
+OffloadState = Literal["idle", "running", "waiting-for-job", "swapping", "done", "failed"]
+
+
+class OffloadVerdict(TypedDict, total=False):
+    """How an attempt ended ({} while none has): kept as the next attempt's ``previous``."""
+
+    attempt: str
+    state: OffloadState
+    reason: str
+    finished_ms: int
+    result: dict[str, Any]
+
+
+class Offload(TypedDict):
+    """A partition's hand-off as /v1/status shows it (``offload``; server/status_schema.py)."""
+
+    state: Annotated[OffloadState, Doc("The hand-off's step (cleaner/offload.py)")]
+    attempt: str
+    staging: str
+    job_args: list[str]
+    started_ms: int
+    finished_ms: int
+    reason: str
+    failures: Annotated[int, Doc("Consecutive failed attempts")]
+    retry_at_ms: int
+    result: Annotated[dict[str, Any], Doc("The job's figures (manifest.json's stats) once it succeeded")]
+    previous: Annotated[OffloadVerdict, Doc("The verdict of the partition's attempt before this one, if any")]
+    progress: Annotated[OffloadProgress, Doc("The job's progress.json while it runs (spark/progress.py)")]
+
+
 @dataclass
 class OffloadStatus:
-    state: str = "idle"
+    state: OffloadState = "idle"
     attempt: str = ""
     staging: str = ""
     job_args: list[str] = field(default_factory=list)
@@ -122,18 +153,18 @@ class OffloadStatus:
     result: dict[str, Any] = field(default_factory=dict)
     # The verdict of the attempt before this one ({attempt, state, reason, finished_ms, result}):
     # a new hand-off of the same partition may start before the operator has read that one's.
-    previous: dict[str, Any] = field(default_factory=dict)
+    previous: OffloadVerdict = field(default_factory=lambda: OffloadVerdict())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Offload:
         return {"state": self.state, "attempt": self.attempt, "staging": self.staging, "job_args": list(self.job_args),
                 "started_ms": self.started_ms, "finished_ms": self.finished_ms, "reason": self.reason,
                 "failures": self.failures, "retry_at_ms": self.retry_at_ms, "result": dict(self.result),
-                "previous": dict(self.previous),
+                "previous": OffloadVerdict(**self.previous),
                 # the job's own progress document while it runs (spark/progress.py), read from the
                 # staging directory at each status request: any runner's job writes it there
                 "progress": read_progress(self.staging) if self.state in ("running", "waiting-for-job") else {}}
 
-    def verdict(self) -> dict[str, Any]:
+    def verdict(self) -> OffloadVerdict:
         """This attempt's outcome, kept as the next attempt's ``previous`` (empty while it runs)."""
         if not self.attempt or self.state not in ("done", "failed"):
             return {}
@@ -170,7 +201,7 @@ class Offloader:
         remove_leftovers(self.config.log_cleaner_offload_staging_dir, self.manager.log_dirs)
 
     # ------------------------------------------------------------------ status
-    def status(self) -> dict[str, dict[str, Any]]:
+    def status(self) -> dict[str, Offload]:
         with self._lock:
             return {str(tp): s.to_dict() for tp, s in self._statuses.items()}
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..log.log_config import TOPIC_SETTINGS
+from ..typed_schema import schema_of
 from .config import MAX_PARTITIONS_PER_TOPIC, SidecarSettings
 from .record_json import JSON_FETCH_MAX_BYTES, MAX_RECORDS
-from .status_schema import STATUS_TYPES, schema_of
+from .status_schema import STATUS_TYPES
 
 BATCH = "application/vnd.kafka.batch"
 JSON = "application/json"
@@ -145,14 +146,6 @@ def _schemas() -> dict[str, Schema]:
                              "cleaned": {**BOOL, "description": "False when the dirty section was empty"},
                              "round": {"allOf": [_ref("Round")], "nullable": True},
                              "elapsed_secs": NUM}),
-        "Offload": _obj({
-            "state": {**STR, "enum": ["idle", "running", "waiting-for-job", "swapping", "done", "failed"],
-                      "description": "The hand-off's step (cleaner/offload.py)"},
-            "attempt": STR, "staging": STR, "job_args": {"type": "array", "items": STR},
-            "started_ms": INT, "finished_ms": INT, "reason": STR, "failures": {"type": "integer"},
-            "retry_at_ms": INT, "result": {"type": "object"},
-            "previous": {"type": "object", "description": "The verdict of the partition's attempt before this one "
-                                                          "(attempt, state, reason, finished_ms, result), if any"}}),
         **{cls.__name__: schema_of(cls, refs=True) for cls in STATUS_TYPES},  # the contract (status_schema.py)
     }
 

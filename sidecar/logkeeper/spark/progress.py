@@ -33,7 +33,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 PROGRESS = "progress.json"
 
@@ -46,6 +46,30 @@ MANIFEST_STAGE = "manifest"
 DONE = "done"
 
 
+class SparkStage(TypedDict):
+    """One of Spark's active stages (its own numbers, which adaptive execution changes)."""
+
+    id: int
+    tasks_done: int
+    tasks_total: int
+    tasks_active: int
+    tasks_failed: int
+
+
+class OffloadProgress(TypedDict, total=False):
+    """``progress.json`` as the sidecar shows it (the table above); ``{}`` when there is none."""
+
+    stage: str
+    tasks_done: int
+    tasks_total: int
+    bytes_done: int
+    bytes_total: int
+    bytes_written: int
+    spark_ui: str
+    spark_stages: list[SparkStage]
+    updated_ms: int
+
+
 @dataclass
 class Progress:
     stage: str = PLANNING
@@ -55,7 +79,7 @@ class Progress:
     bytes_total: int = 0
     bytes_written: int = 0
     spark_ui: str = ""
-    spark_stages: list[dict[str, int]] = field(default_factory=list)
+    spark_stages: list[SparkStage] = field(default_factory=list)
     updated_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,12 +98,15 @@ def write_progress(staging: Path, progress: Progress) -> None:
         pass
 
 
-def read_progress(staging: str | Path) -> dict[str, Any]:
-    """The job's last progress document, {} when there is none (yet) or it is unreadable."""
+def read_progress(staging: str | Path) -> OffloadProgress:
+    """The job's last progress document, {} when there is none (yet) or it is unreadable; keys
+    this version does not know are left out (the status contract admits no other)."""
     if not staging:
         return {}
     try:
         doc = json.loads((Path(staging) / PROGRESS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return doc if isinstance(doc, dict) else {}
+    if not isinstance(doc, dict):
+        return {}
+    return cast(OffloadProgress, {k: v for k, v in doc.items() if k in OffloadProgress.__annotations__})
