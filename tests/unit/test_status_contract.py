@@ -25,7 +25,7 @@ from logkeeper.server.auth import TokenFile
 from logkeeper.server.config import config_from_document
 from logkeeper.server.http_api import Api, build_app
 from logkeeper.server.service import Sidecar
-from logkeeper.server.status_schema import STATUS_TYPES, PartitionStatus, Status
+from logkeeper.server.status_schema import STATUS_TYPES, CleanerStatus, PartitionStatus, Status
 from logkeeper.spark.progress import Progress, SparkStage, write_progress
 from logkeeper.typed_schema import schema_of
 from logkeeper_operator.crdgen import all_crds
@@ -136,6 +136,7 @@ def test_the_sidecar_answers_its_contract(answers: dict[str, Any]) -> None:
     assert_valid(components["Status"], doc, components)
     # the typed contract names exactly the keys the sidecar writes
     assert set(doc) == set(get_type_hints(Status))
+    assert set(doc["cleaner"]) == set(get_type_hints(CleanerStatus))  # Kafka's metric names, typed too
     for p in doc["partitions"]:
         assert set(get_type_hints(PartitionStatus)) - set(p) <= {"error"}
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from .stats import java_f1
 
@@ -31,6 +31,26 @@ from .stats import java_f1
 def buffer_utilization_percent(utilizations: Iterable[float]) -> float:
     """The largest utilization as a percentage, rounded as the stats line's ``Buffer utilization``."""
     return float(java_f1(100 * max(utilizations, default=0.0)))
+
+
+# The snapshot as the sidecar serves it (/v1/status's ``cleaner``, server/status_schema.py): Kafka's
+# metric names are not identifiers, hence the functional form.
+CleanerMetricsDoc = TypedDict("CleanerMetricsDoc", {
+    "max-buffer-utilization-percent": float,
+    "cleaner-recopy-percent": int,
+    "max-clean-time-secs": int,
+    "max-compaction-delay-secs": int,
+    "DeadThreadCount": int,
+    "max-dirty-percent": int,
+    "time-since-last-run-ms": int,
+    "uncleanable-partitions-count": dict[str, int],
+    "uncleanable-bytes": dict[str, int],
+    "uncleanable": dict[str, dict[str, Any]],
+    "backlogs": dict[str, dict[str, Any]],
+    "states": dict[str, str],
+    "rounds": int,
+    "offloads": dict[str, Mapping[str, object]],
+})
 
 
 @dataclass(frozen=True)
@@ -52,7 +72,7 @@ class CleanerMetrics:
     rounds: int = 0
     offloads: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # offload.Offload each
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CleanerMetricsDoc:
         """Kafka's metric names as keys (plus the logkeeper extras)."""
         return {
             "max-buffer-utilization-percent": self.max_buffer_utilization_percent,

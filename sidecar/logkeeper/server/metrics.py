@@ -39,7 +39,7 @@ Figures are read at scrape time from the same snapshot as ``/v1/status`` (status
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
@@ -113,7 +113,7 @@ class SidecarCollector(Collector):
         return g
 
     @staticmethod
-    def _cleaner(cleaner: dict[str, Any]) -> Iterator[Any]:
+    def _cleaner(cleaner: Mapping[str, Any]) -> Iterator[Any]:
         for mbean_type, name, doc in CLEANER_GAUGES:
             g = _gauge("log", mbean_type, name, doc)
             g.add_metric([], float(cleaner[name]))

@@ -30,7 +30,7 @@ from ..cleaner.backlog import Backlog
 from ..cleaner.selection import LogToClean, cleanable_offsets
 from ..cleaner.states import state_name
 from .service import Sidecar, offsets_of
-from .status_schema import BacklogDetail, LogDirStatus, PartitionStatus, Status
+from .status_schema import BacklogDetail, CleanerStatus, LogDirStatus, PartitionStatus, Status
 
 
 def _dirty(entry: PartitionStatus, log: Any, checkpoint: int | None, now_ms: int) -> None:
@@ -85,9 +85,8 @@ def build_status(sidecar: Sidecar) -> Status:
                 entry["error"] = f"{type(e).__name__}: {e}"
         partitions.append(entry)
     workers = [t.worker for t in cleaner.threads] + sidecar.cleaning.manual_workers()
-    metrics = cleaner.metrics(workers).to_dict()
-    metrics["threads"] = len(cleaner.threads)
-    metrics["alive_threads"] = sum(1 for t in cleaner.threads if t.is_alive())
+    metrics: CleanerStatus = {**cleaner.metrics(workers).to_dict(), "threads": len(cleaner.threads),
+                              "alive_threads": sum(1 for t in cleaner.threads if t.is_alive())}
     return Status(
         ready=sidecar.ready,
         log_dirs=[LogDirStatus(path=s.path, online=s.online, error=s.error, partitions=s.partitions,

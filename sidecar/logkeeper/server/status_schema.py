@@ -12,8 +12,9 @@ cleaner/offload.py, the Spark job's progress by spark/progress.py.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
 
+from ..cleaner.metrics import CleanerMetricsDoc
 from ..cleaner.offload import Offload
 from ..typed_schema import Also, Doc, typed_dicts_in
 
@@ -103,13 +104,20 @@ class OfflinePartition(TypedDict):
     error: Annotated[str, Doc("Why it is offline, and how to repair it")]
 
 
+class CleanerStatus(CleanerMetricsDoc):
+    """Kafka's cleaner metrics by their names (cleaner/metrics.py), and the threads."""
+
+    threads: Annotated[int, Doc("log.cleaner.threads started")]
+    alive_threads: int
+
+
 class Status(TypedDict):
     ready: bool
     log_dirs: list[LogDirStatus]
     partitions: list[PartitionStatus]
     offline_partitions: list[OfflinePartition]
-    cleaner: Annotated[dict[str, Any], Doc("Kafka's cleaner metrics by name (max-buffer-utilization-percent, ...), "
-                                           "uncleanable, backlogs, states, rounds, threads, alive_threads")]
+    cleaner: Annotated[CleanerStatus, Doc("Kafka's cleaner metrics by name (max-buffer-utilization-percent, ...), "
+                                          "uncleanable, backlogs, states, rounds, offloads, threads, alive_threads")]
 
 
 STATUS_TYPES: tuple[type, ...] = typed_dicts_in(Status)  # every part, the hand-off's included
