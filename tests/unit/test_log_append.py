@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import threading
 from pathlib import Path
 
 import crc32c
@@ -346,3 +347,59 @@ def test_short_writes_are_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert records.size_in_bytes == len(expected)
     assert records.read(0, 10_000) == expected
     records.close()
+
+
+def _state(log: Log) -> tuple[object, ...]:
+    return (log.log_end_offset, log.unflushed_messages, [s.base_offset for s in log.segments],
+            [s.size_in_bytes for s in log.segments])
+
+
+@pytest.mark.parametrize("kind", ["plain", "idempotent"])
+def test_try_append_appends_what_append_would(tmp_path: Path, kind: str) -> None:
+    """A quick append (the event loop's, protocol/handlers_data.py) writes exactly what append
+    writes: the plain path and the general one (a producer id)."""
+    kw: dict[str, object] = {} if kind == "plain" else {"producer_id": 7, "producer_epoch": 0}
+    quick, slow = make_log(tmp_path, name="quick-0"), make_log(tmp_path, name="slow-0")
+    for i in range(5):
+        request = batch(3, start=3 * i, base_sequence=3 * i, **kw) if kw else batch(3, start=3 * i)
+        got = quick.try_append(request)
+        assert got is not None and got == slow.append(request)
+    assert _state(quick) == _state(slow)
+    assert (tmp_path / "quick-0" / "00000000000000000000.log").read_bytes() == (
+        tmp_path / "slow-0" / "00000000000000000000.log").read_bytes()
+    quick.close()
+    slow.close()
+
+
+def test_try_append_gives_up_without_a_trace_when_it_would_wait(tmp_path: Path) -> None:
+    """None, nothing appended, when another thread holds the log's lock, when the append would
+    roll a segment (files to create) or reach flush.messages (an fsync): the caller appends on a
+    thread instead."""
+    log = make_log(tmp_path, {"segment.bytes": 2000, "flush.messages": 10})
+    assert log.try_append(batch(3)) is not None
+    before = _state(log)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with log._lock:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        assert log.try_append(batch(3)) is None and log.try_append(batch(3, producer_id=5)) is None
+    finally:
+        release.set()
+        holder.join()
+    assert _state(log) == before
+    assert log.try_append(batch(7)) is None  # 3 + 7 reaches flush.messages
+    assert _state(log) == before
+    big = batch(3, value=b"x" * 400)
+    assert log.try_append(big) is not None and log.try_append(big) is None  # the second would roll
+    assert len(log.segments) == 1
+    log.append(big)  # what the thread does
+    assert len(log.segments) == 2
+    log.close()

@@ -172,15 +172,31 @@ class Log:
         ``assign_offsets``: a client's batches (base offset 0) get the next offsets; otherwise
         the batches keep theirs, which must start at or after the log end offset.
         """
+        info = self._append(data, assign_offsets, leader_epoch, quick=False)
+        assert info is not None  # only a quick append gives up
+        return info
+
+    def try_append(self, data: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """``append`` of a client's request when it is quick: None, having done nothing, when the
+        log's lock is held or the append would roll a segment or flush. An event loop appends
+        inline what this takes and hands the rest to a thread (protocol/handlers_data.py)."""
+        return self._append(data, True, -1, quick=True)
+
+    def _append(self, data: bytes | bytearray | memoryview, assign_offsets: bool, leader_epoch: int, *,
+                quick: bool) -> LogAppendInfo | None:
         now = self._clock()  # read once: validation, LogAppendTime and the roll check agree
         config = self.config
         if assign_offsets and leader_epoch < 0:
             plain = check_plain_batch(data, config.append_rules, now)
             if plain is not None:
-                return self._append_plain(data, plain, now, config)
+                return self._append_plain(data, plain, now, config, quick)
         request = validate_request(data, config, now_ms=now, from_client=assign_offsets)
         batches = request.batches
-        with self._lock:
+        if not self._lock.acquire(blocking=not quick):
+            return None
+        try:
+            if quick and self._slow(request.size, request.max_timestamp, request.num_records, now, config):
+                return None
             if self.closed:
                 raise RuntimeError(f"log {self.name} is closed")
             if assign_offsets and request.has_producer_id:
@@ -212,17 +228,30 @@ class Log:
                 self.flush()
             return LogAppendInfo(bases[0], last_offset, max_ts, append_time, len(batches),
                                  request.num_records, request.size)
+        finally:
+            self._lock.release()
+
+    def _slow(self, size: int, max_ts: int, count: int, now: int, config: LogConfig) -> bool:
+        """(Lock held.) Whether appending would roll a segment or flush: file creation, fsyncs."""
+        segment = self.segments.last
+        return (segment is None or self.unflushed_messages + count >= config.flush_messages
+                or segment.should_roll(segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
+                                       batches_bytes=size, max_timestamp_in_batches=max_ts,
+                                       max_offset_in_batches=self.log_end_offset + count - 1, now_ms=now) is not None)
 
     def _append_plain(self, data: bytes | bytearray | memoryview, plain: tuple[int, int], now: int,
-                      config: LogConfig) -> LogAppendInfo:
+                      config: LogConfig, quick: bool = False) -> LogAppendInfo | None:
         """``append`` of the common request (``check_plain_batch``): what the general path does
         for it, without its per-batch lists: the base offset written with the body in one
         ``pwritev``. The lock is taken without ``with`` (half the cost of the statement, on
         every append)."""
         count, max_ts = plain
         size = len(data)
-        self._lock.acquire()
+        if not self._lock.acquire(blocking=not quick):
+            return None
         try:
+            if quick and self._slow(size, max_ts, count, now, config):
+                return None
             if self.closed:
                 raise RuntimeError(f"log {self.name} is closed")
             base = self.log_end_offset

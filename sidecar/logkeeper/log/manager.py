@@ -458,6 +458,12 @@ class LogManager:
         with self.io_guard(d, f"appending to {tp}", lg):
             return lg.append(data, assign_offsets=assign_offsets, leader_epoch=leader_epoch)
 
+    def try_append(self, tp: names.TopicPartition, data: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """``append`` of a client's request when it is quick (Log.try_append), else None."""
+        lg, d = self._require(tp)
+        with self.io_guard(d, f"appending to {tp}", lg):
+            return lg.try_append(data)
+
     def read(self, tp: names.TopicPartition, start_offset: int, max_bytes: int, *,
              max_offset: int | None = None, min_one_batch: bool = True) -> FetchData:
         lg, d = self._require(tp)

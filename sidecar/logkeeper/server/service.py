@@ -37,6 +37,7 @@ import numpy as np
 from ..cleaner.log_cleaner import LogCleaner
 from ..errors import KafkaStorageError, UnknownPartitionError
 from ..log import names
+from ..log.assign import LogAppendInfo
 from ..log.log import Log, wall_clock_ms
 from ..log.log_config import LogConfig, validate_topic_configs
 from ..log.manager import LogManager
@@ -358,9 +359,17 @@ class Sidecar:
 
     # ------------------------------------------------------------------ data
     def produce(self, tp: TopicPartition, data: bytes, *, flush: bool) -> ProduceResult:
-        manager = self.manager
         self.partition_log(tp)
-        info = manager.append(tp, data)
+        return self._produced(tp, self.manager.append(tp, data), flush)
+
+    def try_produce(self, tp: TopicPartition, data: bytes) -> ProduceResult | None:
+        """``produce`` (no flush) when the append is quick (LogManager.try_append), else None."""
+        self.partition_log(tp)
+        info = self.manager.try_append(tp, data)
+        return None if info is None else self._produced(tp, info, False)
+
+    def _produced(self, tp: TopicPartition, info: LogAppendInfo, flush: bool) -> ProduceResult:
+        manager = self.manager
         lg = self.partition_log(tp)
         recovery_point = manager.flush(tp) if flush else lg.recovery_point
         for listener in self.append_listeners:

@@ -1,0 +1,58 @@
+"""protocol/handlers_data.py's produce: a one-partition request is appended on the event loop
+when the append is quick (Log.try_append), and on an I/O thread otherwise; both answer alike."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from logkeeper.log.names import TopicPartition
+from logkeeper.protocol import handlers_data
+from logkeeper.server.service import ProduceResult
+
+RESULT = ProduceResult(5, 7, 3, 1, 8, False, 0, log_start_offset=0)
+
+
+class FakeSidecar:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.calls: list[str] = []
+
+    def try_produce(self, tp: TopicPartition, data: bytes) -> ProduceResult | None:
+        self.calls.append("quick")
+        return RESULT if self.quick else None
+
+    def produce(self, tp: TopicPartition, data: bytes, *, flush: bool) -> ProduceResult:
+        self.calls.append("thread")
+        return RESULT
+
+
+class FakeContext:
+    def __init__(self, sidecar: FakeSidecar) -> None:
+        self.sidecar = sidecar
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        self.sidecar.calls.append("run")
+        return fn(*args)
+
+
+def request(partitions: int, size: int = 100) -> dict[str, Any]:
+    return {"acks": 1, "transactional_id": None, "timeout_ms": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": p, "records": b"x" * size}
+                                                            for p in range(partitions)]}]}
+
+
+@pytest.mark.parametrize(("quick", "partitions", "size", "calls"), [
+    (True, 1, 100, ["quick"]),                                        # on the event loop
+    (False, 1, 100, ["quick", "run", "thread"]),                      # it would wait: on a thread
+    (True, 2, 100, ["run", "thread", "thread"]),                      # several partitions: a thread
+    (True, 1, handlers_data.INLINE_PRODUCE_BYTES + 1, ["run", "thread"]),  # a big request: a thread
+])
+def test_where_a_produce_is_appended(quick: bool, partitions: int, size: int, calls: list[str]) -> None:
+    sidecar = FakeSidecar(quick)
+    answer = asyncio.run(handlers_data.produce(FakeContext(sidecar), None, request(partitions, size), 9))  # type: ignore[arg-type]
+    assert sidecar.calls == calls
+    parts = answer["responses"][0]["partition_responses"]  # type: ignore[index]
+    assert [(p["index"], p["error_code"], p["base_offset"]) for p in parts] == [(p, 0, 5) for p in range(partitions)]
