@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -175,13 +177,15 @@ def test_an_empty_stream_yields_nothing() -> None:
 
 def test_helpers_are_pool_threads_reused_by_every_ahead() -> None:
     """No thread is started per Ahead (a thread start waits until it runs: with 1 MiB segments,
-    one per segment cleaned was a large fixed cost)."""
+    one per segment cleaned was a large fixed cost); the helpers are daemon threads."""
     helpers: set[int] = set()
     consumer = threading.get_ident()
 
     def note(x: int) -> int:
         if threading.get_ident() != consumer:
             helpers.add(threading.get_ident())
+            # daemon, as a thread per Ahead was: one its consumer never closed holds no exit
+            assert threading.current_thread().daemon
         time.sleep(0.001)
         return x
 
@@ -191,3 +195,15 @@ def test_helpers_are_pool_threads_reused_by_every_ahead() -> None:
             assert list(ahead) == [0, 1, 2, 3]
     assert 1 <= len(helpers) <= 2
     assert threading.active_count() <= before + 2
+
+
+def test_an_ahead_never_closed_does_not_hold_the_process_at_exit() -> None:
+    """A consumer that never closes its Ahead (a daemon cleaner thread when the process exits)
+    leaves a helper waiting for it: the process still exits (it hung with the helpers of a
+    ThreadPoolExecutor, whose threads the interpreter joins at exit)."""
+    code = ("from logkeeper.cleaner.ahead import Ahead\n"
+            "it = iter(Ahead(lambda x: x, range(100), depth=2))\n"
+            "assert next(it) == 0\n"
+            "import time; time.sleep(0.1)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -33,29 +33,86 @@ items refer to (a mapped segment) is used after the block.
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-# A busy pool only delays a helper: the consumer computes whatever nobody has started, so an
-# Ahead never depends on getting one.
-MAX_HELPERS = 32
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+class _HelperTask:
+    """One Ahead's helper loop, queued for a helper thread: cancelled if it has not started."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._state = "pending"  # running, then done; or cancelled
+        self._finished = threading.Event()
+
+    def run(self) -> None:
+        with self._lock:
+            if self._state != "pending":
+                return
+            self._state = "running"
+        try:
+            self._fn()
+        finally:
+            self._state = "done"
+            self._finished.set()
+
+    def cancel(self) -> bool:
+        """True when it had not started (it never will)."""
+        with self._lock:
+            if self._state != "pending":
+                return False
+            self._state = "cancelled"
+            self._finished.set()
+            return True
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def wait(self) -> None:
+        self._finished.wait()
 
 
-def _helpers() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_HELPERS, thread_name_prefix="ahead")
-        return _pool
+class _Helpers:
+    """Daemon threads kept for the process, running Aheads' helper loops: a thread is started
+    only when none is idle. Daemon threads, as a thread per Ahead was: an Ahead its consumer never
+    closed (a daemon cleaner thread at exit) must not hold the process at exit. A busy pool only
+    delays a helper: the consumer computes whatever nobody has started, so an Ahead never depends
+    on getting one."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[_HelperTask] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+
+    def submit(self, fn: Callable[[], None]) -> _HelperTask:
+        task = _HelperTask(fn)
+        with self._lock:
+            start = self._idle == 0
+            if start:
+                self._threads += 1
+            else:
+                self._idle -= 1  # this task's: another submit starts a thread rather than count on it
+        if start:
+            threading.Thread(target=self._work, name=f"ahead-{self._threads}", daemon=True).start()
+        self._tasks.put(task)
+        return task
+
+    def _work(self) -> None:
+        while True:
+            self._tasks.get().run()
+            with self._lock:
+                self._idle += 1
+
+
+_helpers = _Helpers()
 
 
 class Ahead(Generic[T, R]):
@@ -74,7 +131,7 @@ class Ahead(Generic[T, R]):
         self._stopped = False
         self._cond = threading.Condition()
         self._name = name
-        self._helper: Future[None] = _helpers().submit(self._run)
+        self._helper = _helpers.submit(self._run)
 
     def _start_next(self, limit: int) -> tuple[int, T] | None:
         """Under the lock: the next item to start now and its index, if it is before ``limit``.
@@ -166,8 +223,8 @@ class Ahead(Generic[T, R]):
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        if not self._helper.cancel():  # not waiting for a pool thread: wait for its item, if any
-            self._helper.result()
+        if not self._helper.cancel():  # it started: wait for the item it is on, if any
+            self._helper.wait()
 
     def __enter__(self) -> Ahead[T, R]:
         return self
