@@ -5,7 +5,8 @@ batches of a cleaning window are (de)compressed on every core: a mixed-codec log
 bound by its codecs (bench/results/codec_ceiling.md). ``codec_map(fn, items)`` is
 ``[fn(x) for x in items]`` with the same order of results and the same first error (the earliest
 item's, as the loop would raise); a few items, or a one-core machine, stay on the caller's thread.
-The pool is made on first use and kept for the process (daemon threads of the executor).
+The pool is made on first use and kept for the process (the interpreter joins its threads at
+exit: each task is a bounded run of codec calls, which never waits on anything else).
 """
 
 from __future__ import annotations
