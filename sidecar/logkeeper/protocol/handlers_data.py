@@ -32,6 +32,7 @@ from typing import Any
 
 from ..log.log import Log
 from ..log.names import TopicPartition
+from ..records.batch_format import ATTRIBUTES_OFFSET, CODEC_MASK
 from . import error_codes as ec
 from .context import BrokerContext, Connection
 from .offsets_store import OFFSETS_TOPIC
@@ -51,10 +52,18 @@ class CloseConnection(Exception):
 # 16 KiB batches (bench/results/kafka_perf.md). Anything else goes to a thread, so that a disk
 # stall or a held log lock holds up that request only.
 INLINE_PRODUCE_BYTES = 1 << 20
+# A compressed batch is decompressed to be validated (a 64 KiB gzip block can inflate to many
+# MB): only small ones are taken on the loop, so that no decompression holds up other requests.
+INLINE_COMPRESSED_BYTES = 64 << 10
 
 
 def _inline(items: list[tuple[TopicPartition, bytes | None]]) -> bool:
-    return len(items) == 1 and items[0][1] is not None and len(items[0][1]) <= INLINE_PRODUCE_BYTES
+    if len(items) != 1 or items[0][1] is None:
+        return False
+    data = items[0][1]
+    # the first batch's codec: a producer's request for one partition holds one batch
+    compressed = len(data) > ATTRIBUTES_OFFSET + 1 and data[ATTRIBUTES_OFFSET + 1] & CODEC_MASK != 0
+    return len(data) <= (INLINE_COMPRESSED_BYTES if compressed else INLINE_PRODUCE_BYTES)
 
 
 def _append_on_thread(ctx: BrokerContext, items: list[tuple[TopicPartition, bytes | None]]) -> list[dict[str, Any]]:
