@@ -394,7 +394,13 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
             json.dumps([{"op": "remove", "path": "/spec/spark/resources"}]))
     # a cancelled hand-off's backlog is the in-process cleaner's again (it cleaned it, pass by
-    # pass, in the first run of this step): a new backlog for the next hand-off
+    # pass, in the first run of this step): a new backlog for the next hand-off, written once the
+    # cancel's retry backoff (2 s) is over - before that the cleaner thread takes it and, a pass
+    # taking milliseconds, cleans all of it before the sidecar may hand it off again
+    retry_at = next(p["offload"] for p in api.call("GET", "/v1/status")[1]["partitions"]
+                    if (p["topic"], p["partition"]) == ("acc", 0))["retry_at_ms"]
+    wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, "the cancelled hand-off's retry backoff over",
+             every_s=0.2)
     backlog(api, "c")
     nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
                    "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
