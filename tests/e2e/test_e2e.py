@@ -488,9 +488,10 @@ def test_11_invalid_specs_are_rejected_or_reported(kubectl: Kubectl) -> None:
     assert not kubectl.exists("statefulset", "bad-node", NAMESPACE)
     missing = LOGVOLUME.replace(f"name: {LV}", "name: no-policy").replace("{name: fast}", "{name: nowhere}")
     kubectl("apply", "-f", "-", stdin=missing)
-    ready = wait_for(lambda: (c := condition(lv_json(kubectl, "no-policy"), "Ready")).get("reason") and c, 60,
-                     "Ready=False on no-policy")
-    assert ready["reason"] == "PolicyNotFound" and "nowhere" in ready["message"], ready
+    # the status loop may first say PodMissing (it found no pod) before the create handler's verdict
+    ready = wait_for(lambda: (c := condition(lv_json(kubectl, "no-policy"), "Ready")).get("reason")
+                     == "PolicyNotFound" and c, 60, "Ready=False PolicyNotFound on no-policy")
+    assert ready["status"] == "False" and "nowhere" in ready["message"], ready
     kubectl("delete", "logvolume", "bad-node", "no-policy", "-n", NAMESPACE)
     mark("invalid specs rejected or reported")
 
