@@ -94,16 +94,15 @@ class _GroupWriter:
     def __init__(self, log: Log, groups: Sequence[Sequence[LogSegment]]) -> None:
         self._log = log
         self._groups = groups
+        self._bytes = [sum(seg.size_in_bytes for seg in segments) for segments in groups]
         self.written: list[LogSegment] = []
         self._current: tuple[LogSegment, ExitStack] | None = None
         self._prepared: dict[int, LogSegment] = {}
         self._lock = threading.Lock()
 
     def _new_segment(self, g: int) -> LogSegment:
-        segments = self._groups[g]
-        group_bytes = sum(seg.size_in_bytes for seg in segments)
-        return self._log.new_cleaned_segment(segments[0].base_offset,
-                                             max_index_size=cleaned_index_bound(group_bytes, self._log.config))
+        return self._log.new_cleaned_segment(self._groups[g][0].base_offset,
+                                             max_index_size=cleaned_index_bound(self._bytes[g], self._log.config))
 
     def prepare(self, g: int) -> None:
         """Group ``g``'s segment made ahead of ``open(g)`` (any thread)."""
@@ -117,10 +116,9 @@ class _GroupWriter:
             cleaned = self._prepared.pop(g, None)
         if cleaned is None:
             cleaned = self._new_segment(g)
-        group_bytes = sum(seg.size_in_bytes for seg in self._groups[g])
         stack = ExitStack()
         self._current = (cleaned, stack)
-        appender = appender_for(cleaned, group_bytes)  # big groups: written while the next is cleaned
+        appender = appender_for(cleaned, self._bytes[g])  # big groups: written while the next is cleaned
         stack.enter_context(appender)
         return appender
 
