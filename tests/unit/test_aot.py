@@ -204,7 +204,12 @@ from logkeeper.log.log import Log
 from tests.spark_helpers import TP, build_log, clean_in_process, config, dict_decisions, plan_of, segment_files
 
 root = Path(sys.argv[1])
-backlog_module.new_secret = lambda: (np.uint64(1), np.uint64(2))  # the sketch's estimate depends on its key
+_fresh_state = backlog_module.fresh_state
+def fixed_state():  # the sketch's estimate depends on its key
+    state = _fresh_state()
+    state["k0"], state["k1"] = 1, 2
+    return state
+backlog_module.fresh_state = fixed_state
 cfg = config(SEED)
 log_dir = build_log(root, SEED, 300)
 plan = plan_of(log_dir, cfg)

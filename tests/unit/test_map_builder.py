@@ -131,10 +131,11 @@ def test_an_absurd_record_count_fails_the_walk_not_the_allocation(tmp_path: Path
     log = reopen(log)
     with pytest.raises(CorruptRecordError, match="fewer than recordCount"):
         build(log, slots=1000)
-    counts = np.array([20, (1 << 31) - 1], dtype=np.int32)
-    starts = np.array([0, 1000], dtype=np.int64)
-    ends = starts + np.array([900, size - 61])
-    assert mk.hashed_rows(counts, starts, ends, np.zeros(2, np.int8)) <= 20 + (size - 61) // 5 + 1
+    rows = np.zeros(2, dtype=mk.MAP_ROW)
+    rows["record_count"] = [20, (1 << 31) - 1]
+    rows["area_start"] = [0, 1000]
+    rows["area_end"] = rows["area_start"] + np.array([900, size - 61])
+    assert mk.hashed_rows(rows) <= 20 + (size - 61) // 5 + 1
     log.close()
 
 

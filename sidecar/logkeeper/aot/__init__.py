@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .signatures import BYTES, Signature, parse
+from .signatures import BYTES, Signature, dtype_of, parse
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ def unchecked(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _guarded(compiled: Callable[..., Any], qualname: str, sig: Signature) -> Callable[..., Any]:
-    arrays = tuple((i, np.dtype(a.dtype), a.ndim) for i, a in enumerate(sig.args) if a.ndim and a != BYTES)
+    arrays = tuple((i, dtype_of(a), a.ndim) for i, a in enumerate(sig.args) if a.ndim and a != BYTES)
     # bytes exactly: a subclass or another buffer (a strided memoryview, an int64 array) would
     # be read as its raw memory
     exact_bytes = tuple(i for i, a in enumerate(sig.args) if a == BYTES)

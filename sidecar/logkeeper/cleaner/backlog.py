@@ -16,7 +16,7 @@ dirty section, compiled; 2^14 one-byte registers, about 1% standard error)::
     recopied bytes    = (passes - 1) x (clean bytes + dirty bytes): what the remaining rounds read
                         again
 
-HyperLogLog (Flajolet et al.): register = the top 14 bits of the key's 64-bit SipHash, value = 1
+HyperLogLog (Flajolet et al.): register = the top 14 bits of the key's hash h1 (the offset map's), value = 1
 + the leading zeros of the remaining bits; estimate = 0.7213 / (1 + 1.079 / m) x m^2 /
 sum(2^-register), or m ln(m / empty registers) while that is below 2.5 m. The mark stays while the
 log's rounds remain partial, and is dropped once a round maps the whole dirty section.
@@ -35,8 +35,9 @@ from ..log.log import Log
 from ..log.names import TopicPartition
 from ..records.batch_format import CONTROL_FLAG
 from ..records.scan_kernels import _varint, _varlong
+from .map_kernel import MAP_CONTROL, MAP_DATA, rows_of
+from .offset_map import fresh_state, map_hash
 from .segment_view import SegmentView, record_areas
-from .siphash import key_hash, new_secret
 
 HLL_BITS = 14
 
@@ -62,18 +63,20 @@ class Backlog:
         return out
 
 
-@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], b[], i8, i8, u8, u8, u1[] -> none")
-def _sketch_kernel(buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, skip, start,  # type: ignore[no-untyped-def]
-                   end, k0, k1, registers):
+@kernel("u1[], u1[], map_row[], i8, i8, map_state[], u1[] -> none")
+def _sketch_kernel(buf, dbuf, rows, start, end, state, registers):  # type: ignore[no-untyped-def]
+    """The HyperLogLog registers of the keys of the data rows' records in [start, end), hashed
+    the offset map's way (so it counts the keys the map tells apart)."""
     shift = np.uint64(64 - HLL_BITS)
     top = np.uint64(1) << np.uint64(63)
-    for r in range(area_start.shape[0]):
-        if skip[r]:
+    for r in range(rows.shape[0]):
+        row = rows[r]
+        if row.mode != MAP_DATA:
             continue
-        src = dbuf if in_dbuf[r] else buf
-        p = area_start[r]
-        e = area_end[r]
-        for _j in range(record_count[r]):
+        src = dbuf if row.in_dbuf else buf
+        p = row.area_start
+        e = row.area_end
+        for _j in range(row.record_count):
             if p >= e:
                 break
             length, q, _err = _varint(src, p, e)
@@ -81,9 +84,9 @@ def _sketch_kernel(buf, dbuf, in_dbuf, area_start, area_end, record_count, base_
             _ts, q, _err = _varlong(src, q + 1, rec_end)
             delta, q, _err = _varint(src, q, rec_end)
             key_len, q, _err = _varint(src, q, rec_end)
-            offset = base_offset[r] + delta
+            offset = row.base_offset + delta
             if key_len >= 0 and start <= offset < end and q + key_len <= rec_end:
-                h1, _h2 = key_hash(src, q, key_len, k0, k1)
+                h1, _h2 = map_hash(state, src, q, key_len)
                 h = np.uint64(h1)
                 index = h >> shift
                 w = (h << np.uint64(HLL_BITS)) | (np.uint64(1) << np.uint64(HLL_BITS - 1))
@@ -99,15 +102,15 @@ def _sketch_kernel(buf, dbuf, in_dbuf, area_start, area_end, record_count, base_
 def estimate_distinct_keys(log: Log, start: int, end: int) -> int:
     """HyperLogLog estimate of the distinct keys of the data records in [start, end)."""
     registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
-    k0, k1 = new_secret()
+    state = fresh_state()
     for seg in log.segments.values(start, end):
         with SegmentView(seg, seg.offset_index.lookup(start).position) as view:
             t = view.table
             for lo, hi in view.windows(16 * 1024 * 1024):
-                skip = (t.attributes[lo:hi] & CONTROL_FLAG) != 0
-                areas = record_areas(view, lo, hi, skip=skip)
-                _sketch_kernel(view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
-                               t.base_offset[lo:hi], skip, start, end, k0, k1, registers)
+                mode = np.where(t.attributes[lo:hi] & CONTROL_FLAG, MAP_CONTROL, MAP_DATA).astype(np.int8)
+                areas = record_areas(view, lo, hi, skip=mode != MAP_DATA)
+                rows = rows_of(areas, t.record_count[lo:hi], t.base_offset[lo:hi], t.last_offset[lo:hi], mode)
+                _sketch_kernel(view.buf, areas.dbuf, rows, start, end, state, registers)
     m = float(registers.shape[0])
     estimate = 0.7213 / (1 + 1.079 / m) * m * m / float(np.sum(np.exp2(-registers.astype(np.float64))))
     empty = int(np.count_nonzero(registers == 0))

@@ -45,7 +45,7 @@ from .appender import appender_for
 from .filter import Destination, SegmentFilter
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
-from .offset_map import SipHashOffsetMap
+from .offset_map import OffsetMap
 from .producers import LastRecord, last_records_of_active_producers
 from .selection import LogToClean
 from .stats import CleanerStats, MonotonicMs, monotonic_ms
@@ -178,7 +178,7 @@ class Cleaner:
     def __init__(
         self,
         cleaner_id: int,
-        offset_map: SipHashOffsetMap,
+        offset_map: OffsetMap,
         *,
         io_buffer_size: int = 256 * 1024,
         max_io_buffer_size: int = 1048588,
@@ -235,20 +235,20 @@ class Cleaner:
         stats.all_done()
         return end_offset, stats
 
-    def build_offset_map(self, log: Log, start: int, end: int, offset_map: SipHashOffsetMap,
+    def build_offset_map(self, log: Log, start: int, end: int, offset_map: OffsetMap,
                          stats: CleanerStats) -> None:
         builder = MapBuilder(io_buffer_size=self.io_buffer_size, max_io_buffer_size=self.max_io_buffer_size,
                              load_factor=self.load_factor, check_done=self._checker(log),
                              throttler=self.throttler)
         builder.build(log, start, end, offset_map, stats)
 
-    def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: SipHashOffsetMap,
+    def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: OffsetMap,
                        now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata,
                        upper_bound: int) -> None:
         """Clean ``segments`` into one segment and swap it in for them."""
         self.clean_groups(log, [segments], offset_map, now_ms, stats, txns, upper_bound)
 
-    def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], offset_map: SipHashOffsetMap,
+    def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], offset_map: OffsetMap,
                      now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int, *,
                      last_records: dict[int, LastRecord] | None = None, aborted: AbortedTxns | None = None,
                      sync_renamed: bool = True) -> None:

@@ -12,7 +12,7 @@ batches also go through txn.py, one Python step each):
    bound; otherwise deleted without reading when its records are discarded, else dropped if it
    ends up empty.
 3. Its records are kept or not by the rules of filter_kernels.decide_kernel, asking the offset
-   map (``SipHashOffsetMap``) or, for a round whose keys were grouped exactly elsewhere (the Spark
+   map (an ``OffsetMap``) or, for a round whose keys were grouped exactly elsewhere (the Spark
    job), ``ExactDecisions`` (exact.py) which offset is the latest of a key.
 4. Output: the original bytes when every record stayed and nothing needs a delete horizon;
    otherwise the batch rebuilt (same base offset, last offset, producer fields, leader epoch,
@@ -60,7 +60,7 @@ from ..records.scan import BatchTable, walk_error
 from . import filter_kernels as fk
 from .ahead import Ahead
 from .exact import ExactDecisions
-from .offset_map import SipHashOffsetMap
+from .offset_map import OffsetMap, fresh_state
 from .producers import LastRecord
 from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
@@ -73,10 +73,11 @@ WINDOW_BYTES = 16 * 1024 * 1024
 _BE32 = struct.Struct(">i")
 _BEU32 = struct.Struct(">I")
 _NO_TABLE = np.full((1, 3), -1, dtype=np.int64)
+_NO_STATE = fresh_state()
 _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 _NO_BITS = np.zeros(0, dtype=np.uint8)
 
-KeyDecisions = SipHashOffsetMap | ExactDecisions
+KeyDecisions = OffsetMap | ExactDecisions
 Source = tuple[LogSegment, Iterable[AbortedTxn]]  # a segment to clean and its aborted transactions
 
 
@@ -88,26 +89,16 @@ class Destination(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Decisions:
-    """The records of a window's batches [lo, hi) decided (decide_kernel's outputs and the
-    header columns they came from), for ``SegmentFilter._write``."""
+    """The records of a window's batches [lo, hi) decided, for ``SegmentFilter._write``: the
+    window's rows (filter_kernels.WINDOW_ROW: the header columns they came from and
+    decide_kernel's figures), each record's keep flag and position."""
 
     lo: int
     hi: int
     areas: RecordAreas
-    counts: np.ndarray
-    keep_base: np.ndarray
+    rows: np.ndarray
     keep: np.ndarray
     rec_pos: np.ndarray
-    attrs: np.ndarray
-    lat: np.ndarray
-    has_horizon: np.ndarray
-    horizon: np.ndarray
-    n_read: np.ndarray
-    n_kept: np.ndarray
-    has_tombstone: np.ndarray
-    kept_max_ts: np.ndarray
-    first_kept_ts: np.ndarray
-    n_invalid: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,92 +271,83 @@ class SegmentFilter:
     def _decide(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, offset_map: KeyDecisions) -> Decisions:
         """decide_kernel over the window [lo, hi): which records stay (reads the map only)."""
         t = view.table
-        n = hi - lo
-        counts = t.record_count[lo:hi].astype(np.int64)
-        counts_read = np.where(mode == fk.FILTER_DELETE, 0, counts)
-        keep_base = np.zeros(n, dtype=np.int64)
-        np.cumsum(counts_read[:-1], out=keep_base[1:])
+        areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE)
+        rows = np.zeros(hi - lo, dtype=fk.WINDOW_ROW)
+        for field, column in (("position", t.position), ("size", t.size), ("crc", t.crc),
+                              ("record_count", t.record_count), ("base_offset", t.base_offset),
+                              ("last_offset_delta", t.last_offset_delta), ("base_ts", t.base_timestamp),
+                              ("max_ts", t.max_timestamp), ("leader_epoch", t.partition_leader_epoch),
+                              ("attributes", t.attributes), ("producer_id", t.producer_id),
+                              ("producer_epoch", t.producer_epoch), ("base_sequence", t.base_sequence)):
+            rows[field] = column[lo:hi]
+        rows["in_dbuf"] = areas.in_dbuf
+        rows["area_start"] = areas.start
+        rows["area_end"] = areas.end
+        rows["mode"] = mode
+        attrs = rows["attributes"]
+        rows["log_append_time"] = (attrs & bf.TIMESTAMP_TYPE_MASK) != 0
+        rows["horizon"] = np.where((attrs & bf.DELETE_HORIZON_FLAG) != 0, rows["base_ts"], -1)
+        counts_read = np.where(mode == fk.FILTER_DELETE, 0, rows["record_count"])
+        np.cumsum(counts_read[:-1], out=rows["keep_base"][1:])
         keep = np.zeros(int(counts_read.sum()), dtype=np.bool_)
         rec_pos = np.empty(keep.shape[0], dtype=np.int64)  # where each record starts (decide -> assemble)
-        areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE)
-        attrs = t.attributes[lo:hi].astype(np.int64)
-        lat = (attrs & bf.TIMESTAMP_TYPE_MASK) != 0
-        has_horizon = (attrs & bf.DELETE_HORIZON_FLAG) != 0
-        base_ts = t.base_timestamp[lo:hi]
-        max_ts = t.max_timestamp[lo:hi]
-        horizon = np.where(has_horizon, base_ts, -1)
-        d = Decisions(lo, hi, areas, counts, keep_base, keep, rec_pos, attrs, lat, has_horizon, horizon,
-                      n_read=np.zeros(n, dtype=np.int64), n_kept=np.zeros(n, dtype=np.int64),
-                      has_tombstone=np.zeros(n, dtype=np.bool_), kept_max_ts=np.zeros(n, dtype=np.int64),
-                      first_kept_ts=np.zeros(n, dtype=np.int64), n_invalid=np.zeros(n, dtype=np.int64))
+        lookup = np.zeros(1, dtype=fk.LOOKUP)
+        lookup["latest"] = offset_map.latest_offset
+        lookup["now"] = self.now_ms
         if isinstance(offset_map, ExactDecisions):
-            exact, table, k0, k1 = True, _NO_TABLE, np.uint64(0), np.uint64(0)
+            lookup["exact"] = True
+            lookup["first_dirty"] = offset_map.first_dirty_offset
+            table, state, bits = _NO_TABLE, _NO_STATE, _NO_BITS
             kept_offsets, superseded = offset_map.kept, offset_map.superseded
-            first_dirty = offset_map.first_dirty_offset
-            bits, bits_base = _NO_BITS, 0
         else:
-            exact, table, k0, k1 = False, offset_map.table, offset_map.k0, offset_map.k1
-            kept_offsets, superseded, first_dirty = _NO_OFFSETS, _NO_OFFSETS, 0
-            bits, bits_base = offset_map.superseded, offset_map.superseded_base
+            table, state, bits = offset_map.views()
+            kept_offsets, superseded = _NO_OFFSETS, _NO_OFFSETS
         err, err_pos, err_row, detail = fk.decide_kernel(
-            view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, t.record_count[lo:hi],
-            t.base_offset[lo:hi], base_ts, max_ts, lat, horizon, mode, keep_base, keep, rec_pos,
-            table, k0, k1, np.int64(offset_map.latest_offset),
-            np.int64(self.now_ms), d.n_read, d.n_kept, d.has_tombstone, d.kept_max_ts, d.first_kept_ts,
-            d.n_invalid, exact, kept_offsets, superseded, np.int64(first_dirty), bits, np.int64(bits_base),
-            t.position[lo:hi], t.size[lo:hi], t.crc[lo:hi])
+            view.buf, areas.dbuf, rows, lookup, keep, rec_pos, table, state, bits, kept_offsets, superseded)
         if err == fk.ERR_CRC:
             raise crc_mismatch(int(err_pos), int(t.crc[lo + int(err_row)]), int(detail)).in_file(view.path)
         if err:
             row = int(err_row)
             where = int(t.position[lo + row]) if areas.in_dbuf[row] else int(err_pos)
             raise walk_error(int(err), where, lo + row, int(detail)).in_file(view.path)
-        return d
+        return Decisions(lo, hi, areas, rows, keep, rec_pos)
 
     def _write(self, view: SegmentView, d: Decisions, mode: np.ndarray, marker_empty_txn: np.ndarray,
                retain_empty: np.ndarray, dest: Destination, stats: CleanerStats) -> None:
         """The window's batches by their actions (assemble_kernel), appended to ``dest``."""
-        t = view.table
-        lo, hi, n = d.lo, d.hi, d.hi - d.lo
-        areas, attrs, lat, horizon = d.areas, d.attrs, d.lat, d.horizon
-        n_read, n_kept, counts = d.n_read, d.n_kept, d.counts
-        base_ts = t.base_timestamp[lo:hi]
-        max_ts = t.max_timestamp[lo:hi]
+        rows = d.rows
+        attrs, max_ts, horizon = rows["attributes"], rows["max_ts"], rows["horizon"]
+        n_read, n_kept, counts, sizes = rows["n_read"], rows["n_kept"], rows["record_count"], rows["size"]
         retained = n_kept > 0
-        need_horizon = (d.has_tombstone | marker_empty_txn) & ~d.has_horizon
+        has_horizon = (attrs & bf.DELETE_HORIZON_FLAG) != 0
+        need_horizon = (rows["has_tombstone"] | marker_empty_txn) & ~has_horizon
         original = retained & (n_kept == n_read) & ~need_horizon
-        action = np.full(n, fk.ACTION_DROP, dtype=np.int8)
+        action = np.full(rows.shape[0], fk.ACTION_DROP, dtype=np.int8)
         action[retained] = fk.ACTION_REBUILD
         action[original] = fk.ACTION_ORIGINAL
         action[~retained & retain_empty & (mode != fk.FILTER_DELETE)] = fk.ACTION_EMPTY
+        rows["action"] = action
         new_horizon = np.where(need_horizon, self.now_ms + self.delete_retention_ms, horizon)
-        new_base_ts = np.where(new_horizon >= 0, new_horizon, d.first_kept_ts)
-        new_attrs = (attrs & _REBUILT_KEEPS) | np.where(new_horizon >= 0, bf.DELETE_HORIZON_FLAG, 0)
-        new_max_ts = np.where(lat, max_ts, d.kept_max_ts)
-        sizes = t.size[lo:hi].astype(np.int64)
+        rows["new_base_ts"] = np.where(new_horizon >= 0, new_horizon, rows["first_kept_ts"])
+        rows["new_attributes"] = (attrs & _REBUILT_KEEPS) | np.where(new_horizon >= 0, bf.DELETE_HORIZON_FLAG, 0)
+        new_max_ts = np.where(rows["log_append_time"], max_ts, rows["kept_max_ts"])
+        rows["new_max_ts"] = new_max_ts
+        rebuilt_bound = bf.HEADER_SIZE + (rows["area_end"] - rows["area_start"]) + fk.MAX_RECORD_GROWTH * counts
         bound = (np.where(action == fk.ACTION_ORIGINAL, sizes, 0)
                  + np.where(action == fk.ACTION_EMPTY, bf.HEADER_SIZE, 0)
-                 + np.where(action == fk.ACTION_REBUILD,
-                            bf.HEADER_SIZE + (areas.end - areas.start) + fk.MAX_RECORD_GROWTH * counts, 0))
+                 + np.where(action == fk.ACTION_REBUILD, rebuilt_bound, 0))
         out = np.empty(int(bound.sum()), dtype=np.uint8)
-        out_pos = np.zeros(n, dtype=np.int64)
-        out_size = np.zeros(n, dtype=np.int64)
-        written = fk.assemble_kernel(
-            view.buf, areas.dbuf, areas.in_dbuf, out, action, t.position[lo:hi], sizes,
-            t.record_count[lo:hi], t.base_offset[lo:hi], base_ts, max_ts, lat, d.keep_base, d.keep, d.rec_pos,
-            t.partition_leader_epoch[lo:hi], attrs, t.last_offset_delta[lo:hi], t.producer_id[lo:hi],
-            t.producer_epoch[lo:hi], t.base_sequence[lo:hi], new_attrs, new_base_ts, new_max_ts, n_kept,
-            out_pos, out_size)
-        data = self._finish(out[:int(written)], action, attrs, out_pos, out_size)
+        written = fk.assemble_kernel(view.buf, d.areas.dbuf, rows, d.keep, d.rec_pos, out)
+        data = self._finish(out[:int(written)], rows)
 
         stats.read_messages(int(n_read.sum()), int(sizes.sum()))
-        stats.invalid_messages(int(d.n_invalid.sum()))
-        rows = np.flatnonzero(action != fk.ACTION_DROP)
-        if rows.size:
-            last_offsets = t.last_offset[lo:hi][rows].tolist()
-            maxes = np.where(action == fk.ACTION_REBUILD, new_max_ts, max_ts)[rows].tolist()
-            out_sizes = out_size[rows].tolist()
-            stats.recopy_messages(int(n_kept[rows].sum()), len(data))
+        stats.invalid_messages(int(rows["n_invalid"].sum()))
+        kept_rows = np.flatnonzero(action != fk.ACTION_DROP)
+        if kept_rows.size:
+            last_offsets = (rows["base_offset"] + rows["last_offset_delta"])[kept_rows].tolist()
+            maxes = np.where(action == fk.ACTION_REBUILD, new_max_ts, max_ts)[kept_rows].tolist()
+            out_sizes = rows["out_size"][kept_rows].tolist()
+            stats.recopy_messages(int(n_kept[kept_rows].sum()), len(data))
             dest.append([AppendedBatch(lst, mts, sz) for lst, mts, sz in zip(last_offsets, maxes, out_sizes)],
                         data)
         if self.throttler is not None:
@@ -374,15 +356,16 @@ class SegmentFilter:
                 self.throttler.maybe_throttle(len(data))
 
     @staticmethod
-    def _finish(out: np.ndarray, action: np.ndarray, attrs: np.ndarray, out_pos: np.ndarray,
-                out_size: np.ndarray) -> memoryview:
-        """CRCs of the written headers; rebuilt compressed batches compressed (sizes updated)."""
+    def _finish(out: np.ndarray, rows: np.ndarray) -> memoryview:
+        """CRCs of the written headers; rebuilt compressed batches compressed (sizes updated in
+        ``rows``)."""
         view = out.data
-        codecs = attrs & bf.CODEC_MASK
+        action, out_pos, out_size = rows["action"], rows["out_pos"], rows["out_size"]
+        codecs = rows["attributes"] & bf.CODEC_MASK
         rebuilt_compressed = (action == fk.ACTION_REBUILD) & (codecs != 0)
         plain = np.flatnonzero(((action == fk.ACTION_EMPTY) | (action == fk.ACTION_REBUILD)) & ~rebuilt_compressed)
         if HAVE_HW_CRC:
-            fk.fill_crcs(out, out_pos, out_size, plain)
+            fk.fill_crcs(out, rows, plain)
         else:
             for r in plain.tolist():
                 p, s = int(out_pos[r]), int(out_size[r])

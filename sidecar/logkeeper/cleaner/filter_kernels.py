@@ -27,7 +27,12 @@ one), every batch of the window, deleted ones too: a mismatch stops the window w
 Checked here rather than in a pass of its own, the batch is then in the cache for its walk: one
 pass is faster than two over the same bytes (bench/results/design_figures.md: filter kernels).
 
-Per batch it returns records read, records kept, whether a kept record is a tombstone, the
+Both kernels take a window's batches as one typed view, ``rows``: a ``WINDOW_ROW`` record a
+batch, its header fields, record area and mode filled in by filter.py, its outputs by the
+kernels; and the keys' lookup as ``lookup`` (a one-row ``LOOKUP``: exact or not, the latest
+offset, ``now``) with the offset map's views (offset_map.py) or the exact decisions' arrays.
+
+Per batch it notes in its row records read, records kept, whether a kept record is a tombstone, the
 largest and the first kept timestamp (a record's timestamp is baseTimestamp + delta, or the
 batch's maxTimestamp under LogAppendTime, as Kafka's reader reports it).
 
@@ -55,7 +60,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aot import intrinsic, kernel
+from ..aot import kernel
+from ..aot.signatures import record
 from ..records import batch_format as bf
 from ..records.crc_kernels import crc32c_any, crc32c_range
 from ..records.scan_kernels import (
@@ -68,8 +74,7 @@ from ..records.scan_kernels import (
     _varint,
     _varlong,
 )
-from .offset_map import home_slot, map_get
-from .siphash import key_hash
+from .offset_map import map_get, map_hash, prefetch_home, superseded_bit
 
 FILTER_DELETE = 0
 FILTER_DISCARD = 1
@@ -81,64 +86,90 @@ ACTION_ORIGINAL = 1
 ACTION_EMPTY = 2
 ACTION_REBUILD = 3
 
-_prefetch_row = intrinsic("prefetch_row")
-
 ERR_CRC = 40  # a source batch's stored CRC differs from its bytes'; detail = the CRC computed
 MAX_RECORD_GROWTH = 16  # bytes a re-encoded record may gain (length and timestamp varints)
 # what a header-only batch keeps of its source's attributes: codec none, no delete horizon
 _EMPTY_KEEPS = bf.TIMESTAMP_TYPE_MASK | bf.TRANSACTIONAL_FLAG | bf.CONTROL_FLAG
 
 
-@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], i1[], i8[], b[], i8[], i8[][], u8, "
-        "u8, i8, i8, i8[], i8[], b[], i8[], i8[], i8[], b, i8[], i8[], i8, u1[], i8, i8[], i4[], u4[] "
-        "-> (i8, i8, i8, i8)")
+# A batch of a window, as both kernels see it: its header fields (batch table columns), where its
+# records are (``in_dbuf``, ``area_start``/``area_end``), the cleaning pass's mode and the decide
+# kernel's outputs, then the assemble kernel's inputs (``action`` and the rebuilt header's fields)
+# and outputs (where the batch went in ``out``). filter.py fills the inputs column by column.
+WINDOW_ROW = record("window_row", [
+    # the batch header
+    ("position", "<i8"), ("size", "<i8"), ("crc", "<u4"), ("record_count", "<i8"), ("base_offset", "<i8"),
+    ("last_offset_delta", "<i4"), ("base_ts", "<i8"), ("max_ts", "<i8"), ("leader_epoch", "<i4"),
+    ("attributes", "<i8"), ("producer_id", "<i8"), ("producer_epoch", "<i2"), ("base_sequence", "<i4"),
+    # the records and how they are read
+    ("in_dbuf", "?"), ("area_start", "<i8"), ("area_end", "<i8"), ("mode", "i1"), ("log_append_time", "?"),
+    ("horizon", "<i8"), ("keep_base", "<i8"),
+    # decide_kernel's outputs
+    ("n_read", "<i8"), ("n_kept", "<i8"), ("n_invalid", "<i8"), ("has_tombstone", "?"), ("kept_max_ts", "<i8"),
+    ("first_kept_ts", "<i8"),
+    # assemble_kernel's inputs and outputs
+    ("action", "i1"), ("new_attributes", "<i8"), ("new_base_ts", "<i8"), ("new_max_ts", "<i8"), ("out_pos", "<i8"),
+    ("out_size", "<i8"),
+])
+
+# How a window's keyed records are looked up: by the offset map, or (exact) by decisions made by
+# exact key elsewhere (cleaner/exact.py); records above ``latest`` are kept without a lookup.
+LOOKUP = record("lookup", [("exact", "?"), ("latest", "<i8"), ("first_dirty", "<i8"), ("now", "<i8")])
+
+
+@kernel("u1[], u1[], window_row[], lookup[], b[], i8[], i8[][], map_state[], u1[], i8[], i8[] -> (i8, i8, i8, i8)")
 def decide_kernel(  # type: ignore[no-untyped-def]
-    buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, base_ts, max_ts,
-    log_append_time, horizon, mode, keep_base, keep, rec_pos,
-    table, k0, k1, latest, now,
-    n_read, n_kept, has_tombstone, kept_max_ts, first_kept_ts, n_invalid,
-    exact, kept_offsets, superseded_offsets, first_dirty, superseded_bits, superseded_base,
-    position, size, crc,
+    buf, dbuf, rows, lookup, keep, rec_pos, table, state, superseded_bits, kept_offsets, superseded_offsets,
 ):
-    bitmap_end = superseded_base + superseded_bits.shape[0] * 8
+    """Mark each record of the window's batches kept or not (``keep``, from each row's
+    ``keep_base``), noting where it starts (``rec_pos``) and each row's figures. The map is
+    (table, state, superseded_bits); with ``exact`` the two offset arrays answer instead.
+    Returns (error code, position, row, detail)."""
+    look = lookup[0]
+    exact = look.exact
+    latest = look.latest
+    now = look.now
+    first_dirty = look.first_dirty
+    n = rows.shape[0]
     # cursors into the exact decisions: records come in offset order within a window
-    kc = np.searchsorted(kept_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
-    sc = np.searchsorted(superseded_offsets, base_offset[0]) if exact and base_offset.shape[0] else 0
+    kc = np.searchsorted(kept_offsets, rows[0].base_offset) if exact and n else 0
+    sc = np.searchsorted(superseded_offsets, rows[0].base_offset) if exact and n else 0
     n_kept_offsets = kept_offsets.shape[0]
     n_superseded = superseded_offsets.shape[0]
     scratch = 1
-    for r in range(area_start.shape[0]):
-        scratch = max(scratch, record_count[r])
+    for r in range(n):
+        scratch = max(scratch, rows[r].record_count)
     offsets = np.empty(scratch, np.int64)
     stamps = np.empty(scratch, np.int64)
     key_lens = np.empty(scratch, np.int64)
     value_lens = np.empty(scratch, np.int64)
     h1s = np.empty(scratch, np.int64)
     h2s = np.empty(scratch, np.int64)
-    for r in range(area_start.shape[0]):
-        n_read[r] = 0
-        n_kept[r] = 0
-        has_tombstone[r] = False
-        kept_max_ts[r] = -1
-        first_kept_ts[r] = -1
-        n_invalid[r] = 0
+    for r in range(n):
+        row = rows[r]
+        row.n_read = 0
+        row.n_kept = 0
+        row.has_tombstone = False
+        row.kept_max_ts = -1
+        row.first_kept_ts = -1
+        row.n_invalid = 0
         # the batch's CRC first, every batch: its bytes are then in the cache for the walk
-        computed = crc32c_any(buf, position[r] + 21, position[r] + size[r])
-        if computed != crc[r]:
-            return ERR_CRC, position[r], r, np.int64(computed)
-        m = mode[r]
+        computed = crc32c_any(buf, row.position + 21, row.position + row.size)
+        if computed != row.crc:
+            return ERR_CRC, row.position, r, np.int64(computed)
+        m = row.mode
         if m == FILTER_DELETE:
             continue
-        src = dbuf if in_dbuf[r] else buf
-        p = area_start[r]
-        e = area_end[r]
-        base = base_offset[r]
-        lat = log_append_time[r]
-        batch_max_ts = max_ts[r]
-        batch_base_ts = base_ts[r]
-        h = horizon[r]
-        k = keep_base[r]
-        count = record_count[r]
+        src = dbuf if row.in_dbuf else buf
+        p = row.area_start
+        e = row.area_end
+        base = row.base_offset
+        lat = row.log_append_time
+        batch_max_ts = row.max_ts
+        batch_base_ts = row.base_ts
+        h = row.horizon
+        k = row.keep_base
+        count = row.record_count
         # phase 1: parse the batch, hash the keys that need a lookup
         for j in range(count):
             if p >= e:
@@ -172,15 +203,15 @@ def decide_kernel(  # type: ignore[no-untyped-def]
             stamps[j] = batch_max_ts if lat else batch_base_ts + ts_delta
             key_lens[j] = key_len
             value_lens[j] = value_len
-            if not exact and m == FILTER_DATA and offset <= latest and key_len >= 0 and not (
-                    superseded_base <= offset < bitmap_end):
-                h1s[j], h2s[j] = key_hash(src, key_pos, key_len, k0, k1)
-                _prefetch_row(table, home_slot(h1s[j], table.shape[0]))  # probed in phase 2
+            if (not exact and m == FILTER_DATA and offset <= latest and key_len >= 0
+                    and superseded_bit(superseded_bits, state, offset) < 0):
+                h1s[j], h2s[j] = map_hash(state, src, key_pos, key_len)
+                prefetch_home(table, h1s[j])  # probed in phase 2
             p = rec_end
         if p != e:
             return ERR_EXTRA_BYTES, p, r, e - p
         # phase 2: the lookups and the decisions, in offset order (the batch's figures in locals:
-        # stores into the output arrays on every record would go to memory each time)
+        # stores into the rows on every record would go to memory each time)
         nk = 0
         invalid = 0
         tombstone = False
@@ -198,11 +229,8 @@ def decide_kernel(  # type: ignore[no-untyped-def]
                 else:
                     o = offsets[j]
                     if not exact:
-                        if superseded_base <= o < bitmap_end:
-                            d = o - superseded_base
-                            found = o + 1 if (superseded_bits[d >> 3] >> (d & 7)) & 1 else o
-                        else:
-                            found = map_get(table, h1s[j], h2s[j])
+                        later = superseded_bit(superseded_bits, state, o)
+                        found = o + later if later >= 0 else map_get(table, h1s[j], h2s[j])
                     elif o >= first_dirty:
                         while kc < n_kept_offsets and kept_offsets[kc] < o:
                             kc += 1
@@ -222,12 +250,12 @@ def decide_kernel(  # type: ignore[no-untyped-def]
                 nk += 1
                 if value_lens[j] < 0:
                     tombstone = True
-        n_read[r] = count
-        n_kept[r] = nk
-        n_invalid[r] = invalid
-        has_tombstone[r] = tombstone
-        kept_max_ts[r] = kmax
-        first_kept_ts[r] = kfirst
+        row.n_read = count
+        row.n_kept = nk
+        row.n_invalid = invalid
+        row.has_tombstone = tombstone
+        row.kept_max_ts = kmax
+        row.first_kept_ts = kfirst
     return ERR_NONE, np.int64(0), np.int64(-1), np.int64(0)
 
 
@@ -292,44 +320,42 @@ def _write_header(  # type: ignore[no-untyped-def]
     _put_be(out, p + bf.RECORDS_COUNT_OFFSET, count, 4)
 
 
-@kernel("u1[], u1[], b[], u1[], i1[], i8[], i8[], i4[], i8[], i8[], i8[], b[], i8[], b[], i8[], i4[], i8[], "
-        "i4[], i8[], i2[], i4[], i8[], i8[], i8[], i8[], i8[], i8[] -> i8")
-def assemble_kernel(  # type: ignore[no-untyped-def]
-    buf, dbuf, in_dbuf, out, action, position, size, record_count, base_offset,
-    base_ts, max_ts, log_append_time, keep_base, keep, rec_pos,
-    leader_epoch, attributes, last_offset_delta, producer_id, producer_epoch, base_sequence,
-    new_attributes, new_base_ts, new_max_ts, n_kept, out_pos, out_size,
-):
-    """Write every batch's output into ``out``; returns the bytes written."""
+@kernel("u1[], u1[], window_row[], b[], i8[], u1[] -> i8")
+def assemble_kernel(buf, dbuf, rows, keep, rec_pos, out):  # type: ignore[no-untyped-def]
+    """Write every batch's output into ``out`` by its ``action`` (its ``out_pos`` and
+    ``out_size`` noted in its row); returns the bytes written."""
     w = np.int64(0)
-    for r in range(action.shape[0]):
-        a = action[r]
-        out_pos[r] = w
+    for r in range(rows.shape[0]):
+        row = rows[r]
+        a = row.action
+        row.out_pos = w
         if a == ACTION_DROP:
-            out_size[r] = 0
+            row.out_size = 0
             continue
         if a == ACTION_ORIGINAL:
-            s = size[r]
-            p0 = position[r]
+            s = row.size
+            p0 = row.position
             out[w:w + s] = buf[p0:p0 + s]
-            out_size[r] = s
+            row.out_size = s
             w += s
             continue
         if a == ACTION_EMPTY:
-            _write_header(out, w, base_offset[r], bf.MIN_BATCH_LENGTH, leader_epoch[r],
-                          attributes[r] & _EMPTY_KEEPS, last_offset_delta[r], -1, max_ts[r],
-                          producer_id[r], producer_epoch[r], base_sequence[r], 0)
-            out_size[r] = bf.HEADER_SIZE
+            _write_header(out, w, row.base_offset, bf.MIN_BATCH_LENGTH, row.leader_epoch,
+                          row.attributes & _EMPTY_KEEPS, row.last_offset_delta, -1, row.max_ts,
+                          row.producer_id, row.producer_epoch, row.base_sequence, 0)
+            row.out_size = bf.HEADER_SIZE
             w += bf.HEADER_SIZE
             continue
         # rebuild from the kept records
-        src = dbuf if in_dbuf[r] else buf
+        src = dbuf if row.in_dbuf else buf
         q0 = w + bf.HEADER_SIZE
         o = q0
-        lat = log_append_time[r]
-        new_base = new_base_ts[r]
-        k = keep_base[r]
-        for j in range(record_count[r]):
+        lat = row.log_append_time
+        max_ts = row.max_ts
+        base_ts = row.base_ts
+        new_base = row.new_base_ts
+        k = row.keep_base
+        for j in range(row.record_count):
             # only the kept records are read again, from where decide_kernel found them
             if keep[k + j]:
                 p = rec_pos[k + j]
@@ -337,7 +363,7 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
                 rec_end = q + length
                 ts_delta, q2, _err = _varlong(src, q + 1, rec_end)
                 delta, q3, _err = _varint(src, q2, rec_end)
-                ts = max_ts[r] if lat else base_ts[r] + ts_delta
+                ts = max_ts if lat else base_ts + ts_delta
                 new_delta = ts - new_base
                 zd = (np.uint64(new_delta) << np.uint64(1)) ^ np.uint64(np.int64(new_delta) >> 63)
                 d32 = np.int64(np.int32(delta))
@@ -351,18 +377,19 @@ def assemble_kernel(  # type: ignore[no-untyped-def]
                 out[o:o + rest] = src[q3:rec_end]
                 o += rest
         total = o - w
-        _write_header(out, w, base_offset[r], total - bf.LOG_OVERHEAD, leader_epoch[r], new_attributes[r],
-                      last_offset_delta[r], new_base, new_max_ts[r], producer_id[r],
-                      producer_epoch[r], base_sequence[r], n_kept[r])
-        out_size[r] = total
+        _write_header(out, w, row.base_offset, total - bf.LOG_OVERHEAD, row.leader_epoch, row.new_attributes,
+                      row.last_offset_delta, new_base, row.new_max_ts, row.producer_id,
+                      row.producer_epoch, row.base_sequence, row.n_kept)
+        row.out_size = total
         w = o
     return w
 
 
-@kernel("u1[], i8[], i8[], i8[] -> none")
-def fill_crcs(out, out_pos, out_size, rows):  # type: ignore[no-untyped-def]
-    """Write the CRC-32C of each listed batch of ``out`` (needs the CPU's CRC instruction)."""
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        p = out_pos[r]
-        _put_be(out, p + bf.CRC_OFFSET, crc32c_range(out, p + bf.ATTRIBUTES_OFFSET, p + out_size[r]), 4)
+@kernel("u1[], window_row[], i8[] -> none")
+def fill_crcs(out, rows, which):  # type: ignore[no-untyped-def]
+    """Write the CRC-32C of the batches ``which`` (row numbers) of ``out`` (needs the CPU's CRC
+    instruction)."""
+    for i in range(which.shape[0]):
+        row = rows[which[i]]
+        p = row.out_pos
+        _put_be(out, p + bf.CRC_OFFSET, crc32c_range(out, p + bf.ATTRIBUTES_OFFSET, p + row.out_size), 4)

@@ -33,7 +33,7 @@ from ..records.scan import walk_error
 from ..records.scan_kernels import ERR_NONE
 from . import map_kernel as mk
 from .ahead import Ahead
-from .offset_map import SipHashOffsetMap
+from .offset_map import OffsetMap
 from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
 from .throttler import Throttler
@@ -70,6 +70,7 @@ class HashedWindow:
 
     window: _Window
     areas: RecordAreas
+    rows_view: npt.NDArray[np.void]  # the window's MAP_ROW view (map_kernel.py)
     hashed: npt.NDArray[np.int64]
     rows: int
     error: int
@@ -86,7 +87,7 @@ class MapBuilder:
         self.check_done = check_done
         self.throttler = throttler
 
-    def build(self, log: Log, start: int, end: int, offset_map: SipHashOffsetMap, stats: CleanerStats) -> None:
+    def build(self, log: Log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats) -> None:
         dirty = log.segments.values(start, end)
         next_starts = [s.base_offset for s in dirty[1:]] + [end]
         txns = CleanedTransactionMetadata()
@@ -98,7 +99,7 @@ class MapBuilder:
         max_keys = sum(min(nxt - max(start, seg.base_offset), (seg.size_in_bytes - position) // MIN_RECORD_SIZE + 1)
                        for seg, position, nxt in zip(dirty, positions, next_starts))
         offset_map.prepare(max_keys, start, end)
-        k0, k1 = offset_map.k0, offset_map.k1  # the map's secret stays for the round (grow keeps it)
+        _table, state, _bits = offset_map.views()  # its secret stays for the round (grow keeps it)
         opened: list[SegmentView] = []
 
         def windows() -> Iterator[_Window]:  # drawn in order, by either thread (ahead.py)
@@ -112,7 +113,7 @@ class MapBuilder:
                     yield _Window(segment, lo, hi, last=i == len(spans) - 1)
 
         def hash_window(w: _Window) -> HashedWindow:  # on the helper thread
-            return self._hash_window(w, start, k0, k1)
+            return self._hash_window(w, start, state)
 
         try:
             # One stream of windows over every dirty segment: the next segment is parsed and hashed
@@ -149,42 +150,37 @@ class MapBuilder:
         return mode
 
     @staticmethod
-    def _hash_window(w: _Window, start: int, k0: np.uint64, k1: np.uint64) -> HashedWindow:
-        """Parse the window's batches and hash their keys (hash_kernel; no GIL, no map access)."""
-        view, mode, lo, hi = w.segment.view, w.segment.mode, w.lo, w.hi
+    def _hash_window(w: _Window, start: int, state: npt.NDArray[np.void]) -> HashedWindow:
+        """Parse the window's batches and hash their keys (hash_kernel; no GIL; of the map only
+        its secret, in ``state``)."""
+        view, mode, lo, hi = w.segment.view, w.segment.mode[w.lo:w.hi], w.lo, w.hi
         t = view.table
+        skip = mode != mk.MAP_DATA
+        areas = record_areas(view, lo, hi, skip=skip)
+        rows_view = mk.rows_of(areas, t.record_count[lo:hi], t.base_offset[lo:hi], t.last_offset[lo:hi], mode)
         if lo == hi:  # an empty segment's one window
-            return HashedWindow(w, record_areas(view, lo, hi), np.empty((0, 3), dtype=np.int64), 0, ERR_NONE, 0, 0)
-        areas = record_areas(view, lo, hi, skip=mode[lo:hi] != mk.MAP_DATA)
-        counts = t.record_count[lo:hi]
-        hashed = np.empty((mk.hashed_rows(counts, areas.start, areas.end, mode[lo:hi]), 3), dtype=np.int64)
-        rows, _, err, err_pos, detail = mk.hash_kernel(
-            view.buf, areas.dbuf, areas.in_dbuf, areas.start, areas.end, counts, t.base_offset[lo:hi],
-            mode[lo:hi], start, k0, k1, hashed)
-        return HashedWindow(w, areas, hashed, int(rows), int(err), int(err_pos), int(detail))
+            return HashedWindow(w, areas, rows_view, np.empty((0, 3), dtype=np.int64), 0, ERR_NONE, 0, 0)
+        hashed = np.empty((mk.hashed_rows(rows_view), 3), dtype=np.int64)
+        rows, _, err, err_pos, detail = mk.hash_kernel(view.buf, areas.dbuf, rows_view, start, state, hashed)
+        return HashedWindow(w, areas, rows_view, hashed, int(rows), int(err), int(err_pos), int(detail))
 
-    def _put_window(self, view: SegmentView, w: HashedWindow, offset_map: SipHashOffsetMap, start: int,
+    def _put_window(self, view: SegmentView, w: HashedWindow, offset_map: OffsetMap, start: int,
                     stats: CleanerStats) -> int:
         """Put a hashed window into the table in offset order; the row where the map filled, or -1."""
         t = view.table
-        lo, hi, mode = w.window.lo, w.window.hi, w.window.segment.mode
+        lo, hi = w.window.lo, w.window.hi
         if lo == hi:
             return -1
-        entries, latest = offset_map.size, offset_map.latest_offset
         row, rec = 0, 0
         while True:
-            status, row, rec, entries, latest, counted = mk.put_kernel(
-                t.record_count[lo:hi], t.last_offset[lo:hi], mode[lo:hi], row, w.rows, rec, start,
-                w.hashed, offset_map.table, np.int64(entries), np.int64(offset_map.max_entries),
-                np.int64(offset_map.grow_at), offset_map.table.shape[0] < offset_map.slots_limit,
-                np.int64(latest), offset_map.superseded, np.int64(offset_map.superseded_base))
+            table, state, superseded = offset_map.views()  # again after a grow: a new table
+            status, row, rec, counted = mk.put_kernel(w.rows_view, row, w.rows, rec, start, w.hashed, table, state,
+                                                      superseded)
             stats.index_messages_read(int(counted))
             if status == mk.NEED_GROW:
-                offset_map.set_state(int(entries), int(latest))
                 offset_map.grow()
                 continue
             break
-        offset_map.set_state(int(entries), int(latest))
         if status != mk.FULL and w.error != ERR_NONE:  # a full map stopped before the bad batch
             raise self._error(view, bool(w.areas.in_dbuf[w.rows]), lo + w.rows, w.error, w.error_position,
                               w.detail)

@@ -15,8 +15,10 @@ The two steps one after the other are faster than one loop that hashed a batch, 
 slots and put them, and faster again on two threads (bench/results/design_figures.md: map
 kernel).
 
-Each batch row has a record area, in the segment's mapped bytes or, for a compressed batch, in
-``dbuf`` (its decompressed records), and a mode:
+Both take a window's batches as one typed view, ``rows`` (a ``MAP_ROW`` record a batch:
+``rows_of`` builds it), and the map as its views (offset_map.py: table, state, superseded). Each
+batch row has a record area (``area_start``, ``area_end``), in the segment's mapped bytes or,
+for a compressed batch (``in_dbuf``), in ``dbuf`` (its decompressed records), and a mode:
 
     mode  batch                                what happens (Kafka's buildOffsetMapForSegment)
     0     data, not aborted                    records walked; keyed records at or above
@@ -29,7 +31,7 @@ or above ``start_offset``. A record is only put while the map holds fewer than `
 keys; the first keyed record beyond that stops the puts with status FULL (Kafka then stops the
 round there: a partial map). Before a data batch whose records could push a growing table past
 ``grow_at``, ``put_kernel`` returns NEED_GROW; the caller grows the table and calls again from
-that row.
+that row. The state row's ``entries`` and ``latest`` are kept up to date by ``put_kernel``.
 
 Record layout and varints: see records/scan.py. Only length, attributes, timestampDelta,
 offsetDelta and the key are parsed (scan_kernels.record_key); the rest of a record is skipped by
@@ -37,20 +39,25 @@ its length. A record so
 parsed takes at least ``MIN_PARSED_RECORD`` bytes, which bounds the rows a window needs
 (``hashed_rows``) whatever its batches claim.
 
-A put that replaces a key's offset sets the replaced offset's bit in ``superseded`` (bit
-``offset - superseded_base``, when within the bitmap; see offset_map.py), for the cleaning pass.
+A put that replaces a key's offset sets the replaced offset's bit in ``superseded`` (see
+offset_map.py), for the cleaning pass. ``hashed`` rows are ``(h1, h2, offset)``, a slot's
+layout: what ``map_put`` stores.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
-from ..aot import intrinsic, kernel
+from ..aot import kernel
+from ..aot.signatures import record
 from ..records.scan_kernels import ERR_EXTRA_BYTES, ERR_NONE, ERR_TOO_FEW_RECORDS, record_key
-from .offset_map import EMPTY, TABLE_FULL, home_slot, map_put
-from .siphash import key_hash
+from .offset_map import EMPTY, TABLE_FULL, map_hash, map_put, mark_superseded, prefetch_home
+from .segment_view import RecordAreas
 
-_prefetch_row = intrinsic("prefetch_row")
+# A batch of a window as both kernels read it.
+MAP_ROW = record("map_row", [("in_dbuf", "?"), ("mode", "i1"), ("record_count", "<i8"), ("area_start", "<i8"),
+                             ("area_end", "<i8"), ("base_offset", "<i8"), ("last_offset", "<i8")])
 
 DONE = 0
 FULL = 1
@@ -68,31 +75,45 @@ PREFETCH_ROWS = 12  # put_kernel prefetches the home slot of the row this far ah
 MIN_PARSED_RECORD = 5
 
 
-def hashed_rows(record_count: np.ndarray, area_start: np.ndarray, area_end: np.ndarray, mode: np.ndarray) -> int:
+def rows_of(areas: RecordAreas, record_count: npt.NDArray[np.integer], base_offset: npt.NDArray[np.int64],
+            last_offset: npt.NDArray[np.int64], mode: npt.NDArray[np.int8]) -> npt.NDArray[np.void]:
+    """The ``MAP_ROW`` view of a window's batches (columns of its batch table, sliced alike)."""
+    rows = np.empty(mode.shape[0], dtype=MAP_ROW)
+    rows["in_dbuf"] = areas.in_dbuf
+    rows["mode"] = mode
+    rows["record_count"] = record_count
+    rows["area_start"] = areas.start
+    rows["area_end"] = areas.end
+    rows["base_offset"] = base_offset
+    rows["last_offset"] = last_offset
+    return rows
+
+
+def hashed_rows(rows: npt.NDArray[np.void]) -> int:
     """Rows of ``hashed`` that a window's data batches can need: each batch's recordCount, at
     most the records its area can hold (a corrupt count fails the walk, not the allocation)."""
-    fit = (area_end - area_start) // MIN_PARSED_RECORD + 1
-    counts = np.minimum(np.maximum(record_count, 0), fit)
-    return int(counts[mode == MAP_DATA].sum())
+    fit = (rows["area_end"] - rows["area_start"]) // MIN_PARSED_RECORD + 1
+    counts = np.minimum(np.maximum(rows["record_count"], 0), fit)
+    return int(counts[rows["mode"] == MAP_DATA].sum())
 
 
-@kernel("u1[], u1[], b[], i8[], i8[], i4[], i8[], i1[], i8, u8, u8, i8[][] -> (i8, i8, i8, i8, i8)", nrt=False)
-def hash_kernel(  # type: ignore[no-untyped-def]
-    buf, dbuf, in_dbuf, area_start, area_end, record_count, base_offset, mode, start_offset, k0, k1, hashed,
-):
-    """Rows of ``hashed`` for the data batches' records. Returns (rows walked, records written,
-    error code, error position, detail): the rows walked stop before the first batch that fails
-    to parse, whose error the code describes."""
+@kernel("u1[], u1[], map_row[], i8, map_state[], i8[][] -> (i8, i8, i8, i8, i8)", nrt=False)
+def hash_kernel(buf, dbuf, rows, start_offset, state, hashed):  # type: ignore[no-untyped-def]
+    """Rows of ``hashed`` for the data batches' records (keys hashed the map's way, under the
+    secret in ``state``). Returns (rows walked, records written, error code, error position,
+    detail): the rows walked stop before the first batch that fails to parse, whose error the
+    code describes."""
     capacity = hashed.shape[0]
     j = 0
-    for r in range(area_start.shape[0]):
-        if mode[r] != MAP_DATA:
+    for r in range(rows.shape[0]):
+        row = rows[r]
+        if row.mode != MAP_DATA:
             continue
-        src = dbuf if in_dbuf[r] else buf
-        p = area_start[r]
-        e = area_end[r]
-        base = base_offset[r]
-        for i in range(record_count[r]):
+        src = dbuf if row.in_dbuf else buf
+        p = row.area_start
+        e = row.area_end
+        base = row.base_offset
+        for i in range(row.record_count):
             if p >= e or j >= capacity:
                 return r, j, ERR_TOO_FEW_RECORDS, p, np.int64(i)
             err, detail, rec_end, delta, key_pos, key_len = record_key(src, p, e)
@@ -100,7 +121,7 @@ def hash_kernel(  # type: ignore[no-untyped-def]
                 return r, j, err, p, detail
             offset = base + delta
             if key_len >= 0 and offset >= start_offset:
-                h1, h2 = key_hash(src, key_pos, key_len, k0, k1)
+                h1, h2 = map_hash(state, src, key_pos, key_len)
                 hashed[j, 0] = h1
                 hashed[j, 1] = h2
                 hashed[j, 2] = offset
@@ -110,53 +131,61 @@ def hash_kernel(  # type: ignore[no-untyped-def]
             p = rec_end
         if p != e:
             return r, j, ERR_EXTRA_BYTES, p, e - p
-    return area_start.shape[0], j, ERR_NONE, np.int64(0), np.int64(0)
+    return rows.shape[0], j, ERR_NONE, np.int64(0), np.int64(0)
 
 
-@kernel("i4[], i8[], i1[], i8, i8, i8, i8, i8[][], i8[][], i8, i8, i8, b, i8, u1[], i8 "
-        "-> (i8, i8, i8, i8, i8, i8)", nrt=False)
-def put_kernel(  # type: ignore[no-untyped-def]
-    record_count, last_offset, mode, row0, rows, rec0, start_offset, hashed, table, entries, max_entries,
-    grow_at, can_grow, latest, superseded, superseded_base,
-):
-    """Put the rows of ``hashed`` from ``rec0``, following batch rows [row0, rows). Returns
-    (status, row, rec, entries, latest offset, records counted): for NEED_GROW, the row and
-    rec to call again from."""
-    slots = table.shape[0]
+@kernel("map_row[], i8, i8, i8, i8, i8[][], i8[][], map_state[], u1[] -> (i8, i8, i8, i8)", nrt=False)
+def put_kernel(rows, row0, n_rows, rec0, start_offset, hashed, table, state, superseded):  # type: ignore[no-untyped-def]
+    """Put the rows of ``hashed`` from ``rec0``, following batch rows [row0, n_rows), into the
+    map (table, state, superseded). Returns (status, row, rec, records counted): for NEED_GROW,
+    the row and rec to call again from."""
+    s = state[0]
+    entries = s.entries
+    latest = s.latest
+    max_entries = s.max_entries
+    grow_at = s.grow_at
     n_hashed = hashed.shape[0]
-    superseded_bits = superseded.shape[0] * 8
     rec = rec0
     counted = np.int64(0)
-    for r in range(row0, rows):
-        m = mode[r]
+    status = DONE
+    r = row0
+    while r < n_rows:
+        row = rows[r]
+        m = row.mode
         if m == MAP_CONTROL:
             counted += 1
         elif m == MAP_ABORTED:
-            counted += record_count[r]
+            counted += row.record_count
         else:
-            count = record_count[r]
-            if can_grow and entries + count > grow_at:
-                return NEED_GROW, r, rec, entries, latest, counted
+            count = row.record_count
+            if entries + count > grow_at:
+                status = NEED_GROW
+                break
             for _ in range(count):
                 ahead = rec + PREFETCH_ROWS
                 if ahead < n_hashed:  # rows not written yet hold garbage: a harmless hint
-                    _prefetch_row(table, home_slot(hashed[ahead, 0], slots))
+                    prefetch_home(table, hashed[ahead, 0])
                 offset = hashed[rec, 2]
                 if offset != EMPTY:
                     if entries >= max_entries:
-                        return FULL, r, rec, entries, latest, counted
+                        status = FULL
+                        break
                     replaced = map_put(table, hashed[rec, 0], hashed[rec, 1], offset)
                     if replaced == EMPTY:
                         entries += 1
                     elif replaced == TABLE_FULL:  # cannot happen: tables are sized for every key
-                        return FULL, r, rec, entries, latest, counted
+                        status = FULL
+                        break
                     else:
-                        d = replaced - superseded_base
-                        if d >= 0 and d < superseded_bits:
-                            superseded[d >> 3] |= np.uint8(1 << (d & 7))
+                        mark_superseded(superseded, state, replaced)
                     latest = offset
                 counted += 1
                 rec += 1
-        if last_offset[r] >= start_offset:
-            latest = last_offset[r]
-    return DONE, rows, rec, entries, latest, counted
+            if status != DONE:
+                break
+        if row.last_offset >= start_offset:
+            latest = row.last_offset
+        r += 1
+    s.entries = entries
+    s.latest = latest
+    return status, r, rec, counted

@@ -36,6 +36,23 @@ table).
 
 A fresh random SipHash secret is drawn on every ``clear``.
 
+The map owns its layout and its hash: other kernels (map_kernel, filter_kernels, the backlog
+sketch) reach the table only through this module's kernel helpers (``map_hash``, ``map_get``,
+``map_put``, ``prefetch_home``, ``mark_superseded``, ``superseded_bit``), and are handed the map
+as three typed views (``views``):
+
+    view        type                          what
+    table       int64 (slots, 3)              the slots, as above
+    state       one row of ``STATE``          the secret (k0, k1) and the round's counters:
+                                              entries, max_entries, grow_at (entries at which
+                                              the table must grow first; int64 max when it
+                                              cannot), latest (offset), superseded_base
+    superseded  uint8 bitmap                  the superseded offsets, below
+
+A kernel that puts keys updates ``entries`` and ``latest`` in the state row itself. Changing
+the hash is one change here (``map_hash``, and siphash.py behind it): no other module names it
+(tests/behaviour/test_hash_swap.py swaps it and cleans to the same bytes).
+
 Superseded offsets. While a round's map is built (map_kernel), each put that replaces a key's
 offset marks the replaced offset in ``superseded``, a bitmap over the dirty offsets from
 ``superseded_base`` (bit ``o - base``). The cleaning pass then decides a mapped record by its bit
@@ -55,6 +72,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..aot import intrinsic, kernel
+from ..aot.signatures import record
 from .siphash import key_hash, new_secret
 
 BYTES_PER_SLOT = 24
@@ -66,17 +84,39 @@ GROW_LOAD = 0.7  # a growing table doubles at this load
 REHASH_PREFETCH_ROWS = 12  # _rehash prefetches the new home slot of the old row this far ahead
 _prefetch_row = intrinsic("prefetch_row")
 
+NEVER = np.iinfo(np.int64).max  # grow_at of a table that cannot grow
+
+# The map's scalars as kernels see them (a one-row array: kernels read and update it in place).
+STATE = record("map_state", [("k0", "<u8"), ("k1", "<u8"), ("entries", "<i8"), ("max_entries", "<i8"),
+                             ("grow_at", "<i8"), ("latest", "<i8"), ("superseded_base", "<i8")])
+
 Table = npt.NDArray[np.int64]
 Bits = npt.NDArray[np.uint8]
+State = npt.NDArray[np.void]
 _NO_BITS = np.zeros(0, dtype=np.uint8)
+
+
+def fresh_state() -> State:
+    """A state row with a fresh random secret and empty counters: for a kernel that hashes keys
+    the map's way without a map (the backlog sketch), or a map's own."""
+    state = np.zeros(1, dtype=STATE)
+    state["k0"], state["k1"] = new_secret()
+    state["latest"] = -1
+    return state
 
 
 @runtime_checkable
 class OffsetMap(Protocol):
-    """Key -> latest offset, with Kafka's latest-offset tracking."""
+    """Key -> latest offset, with Kafka's latest-offset tracking: the interface the cleaner's
+    builder, filter and rounds use (cleaner.py, map_builder.py, filter.py). The kernels see it
+    as its ``views``."""
 
     @property
     def capacity_slots(self) -> int: ...
+
+    @property
+    def max_entries(self) -> int:
+        """Keys at which a round stops filling the map (a partial map)."""
 
     @property
     def size(self) -> int:
@@ -87,6 +127,15 @@ class OffsetMap(Protocol):
         """The last offset put or forwarded with ``update_latest_offset``; -1 when cleared."""
 
     def clear(self) -> None: ...
+
+    def prepare(self, max_new_keys: int, first_offset: int = 0, end_offset: int = 0) -> None:
+        """Clear, sized for a round of at most ``max_new_keys`` keys over [first_offset, end_offset)."""
+
+    def grow(self) -> bool:
+        """A larger table, every entry kept; False when it cannot grow."""
+
+    def views(self) -> tuple[Table, State, Bits]:
+        """(table, state, superseded): the map as kernels take it."""
 
     def put(self, key: bytes, offset: int) -> None: ...
 
@@ -103,6 +152,38 @@ class OffsetMap(Protocol):
 @kernel(inline=True)
 def home_slot(h1, slots):  # type: ignore[no-untyped-def]
     return np.int64(((np.uint64(h1) >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32))
+
+
+@kernel(inline=True)
+def map_hash(state, buf, pos, length):  # type: ignore[no-untyped-def]
+    """The map's (h1, h2) of the key ``buf[pos:pos + length]``, under the secret in ``state``:
+    the one place the key hash is chosen."""
+    s = state[0]
+    return key_hash(buf, pos, length, s.k0, s.k1)
+
+
+@kernel(inline=True)
+def prefetch_home(table, h1):  # type: ignore[no-untyped-def]
+    """A hint to bring the home slot of ``h1`` into the cache, for a probe a little later."""
+    _prefetch_row(table, home_slot(h1, table.shape[0]))
+
+
+@kernel(inline=True)
+def mark_superseded(bits, state, offset):  # type: ignore[no-untyped-def]
+    """Set the bit of ``offset`` (a replaced offset) when the bitmap covers it."""
+    d = offset - state[0].superseded_base
+    if d >= 0 and d < bits.shape[0] * 8:
+        bits[d >> 3] |= np.uint8(1 << (d & 7))
+
+
+@kernel(inline=True)
+def superseded_bit(bits, state, offset):  # type: ignore[no-untyped-def]
+    """For a mapped record at ``offset``: 1 when a later offset of its key was put, 0 when none
+    was, -1 when the bitmap does not cover ``offset`` (the table must be asked)."""
+    d = offset - state[0].superseded_base
+    if d < 0 or d >= bits.shape[0] * 8:
+        return np.int64(-1)
+    return np.int64((bits[d >> 3] >> (d & 7)) & 1)
 
 
 @kernel()
@@ -161,15 +242,15 @@ def _rehash(old, new):  # type: ignore[no-untyped-def]
             map_put(new, old[i, 0], old[i, 1], old[i, 2])
 
 
-@kernel("i8[][], u1[], i8, i8, u8, u8, i8 -> i8")
-def _put_key(table, buf, pos, length, k0, k1, offset):  # type: ignore[no-untyped-def]
-    h1, h2 = key_hash(buf, pos, length, k0, k1)
+@kernel("i8[][], map_state[], u1[], i8, i8, i8 -> i8")
+def _put_key(table, state, buf, pos, length, offset):  # type: ignore[no-untyped-def]
+    h1, h2 = map_hash(state, buf, pos, length)
     return map_put(table, h1, h2, offset)
 
 
-@kernel("i8[][], u1[], i8, i8, u8, u8 -> i8")
-def _get_key(table, buf, pos, length, k0, k1):  # type: ignore[no-untyped-def]
-    h1, h2 = key_hash(buf, pos, length, k0, k1)
+@kernel("i8[][], map_state[], u1[], i8, i8 -> i8")
+def _get_key(table, state, buf, pos, length):  # type: ignore[no-untyped-def]
+    h1, h2 = map_hash(state, buf, pos, length)
     return map_get(table, h1, h2)
 
 
@@ -187,11 +268,9 @@ class SipHashOffsetMap:
         self.load_factor = load_factor
         self._table: Table = np.empty((0, 3), dtype=np.int64)
         self._superseded: Bits = _NO_BITS
-        self._superseded_base = 0
-        self._size = 0
-        self._latest = -1
+        self._state = fresh_state()
+        self._state["max_entries"] = int(capacity * load_factor)
         self._limit = capacity
-        self.k0, self.k1 = new_secret()
         self.prepare(0)
 
     # ---------------------------------------------------------------- sizing
@@ -211,7 +290,7 @@ class SipHashOffsetMap:
     @property
     def max_entries(self) -> int:
         """Kafka's ``(int) (slots * loadFactor)``: a round stops filling the map here."""
-        return int(self._capacity * self.load_factor)
+        return int(self._state["max_entries"][0])
 
     @property
     def slots_limit(self) -> int:
@@ -221,9 +300,11 @@ class SipHashOffsetMap:
     @property
     def grow_at(self) -> int:
         """Entries at which the table must grow before more keys go in (never, when at its limit)."""
-        if self._table.shape[0] >= self._limit:
-            return self.max_entries
-        return int(self._table.shape[0] * GROW_LOAD)
+        return int(self._state["grow_at"][0])
+
+    def _set_grow_at(self) -> None:
+        slots = self._table.shape[0]
+        self._state["grow_at"] = NEVER if slots >= self._limit else int(slots * GROW_LOAD)
 
     def prepare(self, max_new_keys: int, first_offset: int = 0, end_offset: int = 0) -> None:
         """Clear the map, size its table for at most ``max_new_keys`` distinct keys and its
@@ -239,7 +320,7 @@ class SipHashOffsetMap:
             self._table = np.empty((slots, 3), dtype=np.int64)
         nbytes = min((max(0, end_offset - first_offset) + 7) // 8, self._capacity)
         self._superseded = np.zeros(nbytes, dtype=np.uint8) if nbytes else _NO_BITS
-        self._superseded_base = first_offset
+        self._state["superseded_base"] = first_offset
         self.clear()
 
     def grow(self) -> bool:
@@ -250,16 +331,28 @@ class SipHashOffsetMap:
         new = np.empty((min(self._limit, slots * 2), 3), dtype=np.int64)
         _rehash(self._table, new)
         self._table = new
+        self._set_grow_at()
         return True
 
     def clear(self) -> None:
         self._table[:, 2] = EMPTY
         self._superseded.fill(0)
-        self._size = 0
-        self._latest = -1
-        self.k0, self.k1 = new_secret()
+        self._state["entries"] = 0
+        self._state["latest"] = -1
+        self._state["k0"], self._state["k1"] = new_secret()
+        self._set_grow_at()
 
-    # ---------------------------------------------------------------- state shared with kernels
+    # ---------------------------------------------------------------- the views kernels take
+    def views(self) -> tuple[Table, State, Bits]:
+        """(table, state, superseded): the map as kernels take it (see the module docstring).
+        The table is replaced when it grows: take the views again after ``grow``."""
+        return self._table, self._state, self._superseded
+
+    @property
+    def secret(self) -> tuple[int, int]:
+        """This round's hash secret (k0, k1)."""
+        return int(self._state["k0"][0]), int(self._state["k1"][0])
+
     @property
     def superseded(self) -> Bits:
         """The superseded-offset bitmap of this round (see the module docstring); may be empty."""
@@ -267,45 +360,41 @@ class SipHashOffsetMap:
 
     @property
     def superseded_base(self) -> int:
-        return self._superseded_base
+        return int(self._state["superseded_base"][0])
 
     @property
     def size(self) -> int:
-        return self._size
+        return int(self._state["entries"][0])
 
     @property
     def latest_offset(self) -> int:
-        return self._latest
+        return int(self._state["latest"][0])
 
     def update_latest_offset(self, offset: int) -> None:
-        self._latest = offset
-
-    def set_state(self, size: int, latest_offset: int) -> None:
-        """Record what a kernel did to the table (its new size and latest offset)."""
-        self._size = size
-        self._latest = latest_offset
+        self._state["latest"] = offset
 
     @property
     def utilization(self) -> float:
-        return self._size / self._capacity
+        return self.size / self._capacity
 
     # ---------------------------------------------------------------- single keys (tests, tools)
     def put(self, key: bytes, offset: int) -> None:
-        if self._size >= self._capacity:
-            raise ValueError(f"attempted to add a new entry to a full offset map of {self._size} entries")
+        size = self.size
+        if size >= self._capacity:
+            raise ValueError(f"attempted to add a new entry to a full offset map of {size} entries")
         slots = self._table.shape[0]
-        if self._size >= int(slots * GROW_LOAD) and slots < self._capacity:
+        if size >= int(slots * GROW_LOAD) and slots < self._capacity:
             self._limit = max(self._limit, min(self._capacity, slots * 2))  # beyond prepare()'s bound
             self.grow()
         self._superseded = _NO_BITS  # only map_kernel keeps the bitmap; lookups then decide
         buf = np.frombuffer(key or b"\x00", dtype=np.uint8)
-        replaced = int(_put_key(self._table, buf, 0, len(key), self.k0, self.k1, offset))
+        replaced = int(_put_key(self._table, self._state, buf, 0, len(key), offset))
         if replaced == TABLE_FULL:
             raise ValueError(f"offset map table of {self._table.shape[0]} slots is full")
         if replaced == EMPTY:
-            self._size += 1
-        self._latest = offset
+            self._state["entries"] = size + 1
+        self._state["latest"] = offset
 
     def get(self, key: bytes) -> int:
         buf = np.frombuffer(key or b"\x00", dtype=np.uint8)
-        return int(_get_key(self._table, buf, 0, len(key), self.k0, self.k1))
+        return int(_get_key(self._table, self._state, buf, 0, len(key)))
