@@ -12,8 +12,9 @@ comes from one run of this script, page cache warm. For each size:
   overwrites of uniformly drawn keys, all shuffled), 100-byte values, batches of 100-500 records,
   uncompressed, 1M records a segment, then an empty active segment;
 - ``plain read``: every ``.log`` byte read sequentially in this process: the baseline;
-- ``clean``: the cleaner as ``logkeeper clean`` runs it (clean_command.open_logs, LogCleaner with
-  one thread, rounds until nothing is cleanable) with Kafka's default 128 MiB dedupe buffer, and
+- ``clean``: ``logkeeper clean`` in this process (clean_command.run_clean: one cleaner thread,
+  rounds until nothing is cleanable, replaced segments removed as it goes) with Kafka's default
+  128 MiB dedupe buffer, and
   ``clean buffer 2 GiB`` with the largest buffer a cleaner thread takes (2^31 - 1 bytes, Kafka's
   cap: 89M slots, one round up to 80M keys); ``min.cleanable.dirty.ratio=0`` so that it cleans the
   whole backlog; on a fresh copy; bytes read and written summed over the rounds;
@@ -60,8 +61,7 @@ from bench_cleaner import (
 )
 from side_by_side import commit, cpu_model
 
-from logkeeper.cleaner.clean_command import close_logs, open_logs, split_overrides
-from logkeeper.cleaner.log_cleaner import LogCleaner
+from logkeeper.cleaner.clean_command import run_clean
 from logkeeper.cleaner.stats import CleanerStats
 from logkeeper.spark.manifest import SEGMENTS_DIR, read_manifest
 from logkeeper.spark.rewrite import file_crc32c
@@ -127,8 +127,9 @@ class Run:
 
 
 def in_process(src: Path, work: Path, buffer: int = DEFAULT_BUFFER) -> Run:
-    """The rounds of ``logkeeper clean`` (run_clean's loop) with every round's stats kept, with a
-    dedupe buffer of ``buffer`` bytes."""
+    """``logkeeper clean`` (run_clean, the command's own code: its rounds, and its removal of the
+    replaced segments as it goes) on a fresh copy, with a dedupe buffer of ``buffer`` bytes and
+    every round's stats kept."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(src, work)
@@ -136,20 +137,12 @@ def in_process(src: Path, work: Path, buffer: int = DEFAULT_BUFFER) -> Run:
     out = io.StringIO()
     started = time.perf_counter()
     cpu_started = time.process_time()
-    cleaner_config, topic_config = split_overrides({"min.cleanable.dirty.ratio": "0",
-                                                    "log.cleaner.dedupe.buffer.size": str(buffer)})
-    logs = open_logs(work, topic_config, lambda: TS)
-    try:
-        cleaner = LogCleaner(cleaner_config, [work], lambda: logs, clock_ms=lambda: TS,
-                             stats_sink=out.write, round_sink=lambda _tp, _s, _e, st, _i: rounds.append(st))
-        worker = cleaner.new_worker(0)
-        while worker.try_clean_filthiest_log():
-            if worker.last_failure is not None:
-                raise SystemExit(f"the in-process cleaner failed: {worker.last_failure}")
-    finally:
-        close_logs(work, logs)
+    failed = run_clean(work, {"min.cleanable.dirty.ratio": "0", "log.cleaner.dedupe.buffer.size": str(buffer)},
+                       out, lambda: TS, round_sink=lambda _tp, stats: rounds.append(stats))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
+    if failed:
+        raise SystemExit(f"logkeeper clean failed:\n{out.getvalue()[-3000:]}")
     name = "clean" if buffer == DEFAULT_BUFFER else f"clean buffer {buffer / (1 << 30):.0f} GiB"
     return Run(name, wall, len(rounds), sum(r.bytes_read for r in rounds),
                sum(r.bytes_written for r in rounds), records_in(work), {"cpu_s": cpu})

@@ -151,9 +151,11 @@ def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int]) -> int:
+def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int],
+              round_sink: Callable[[TopicPartition, CleanerStats], None] | None = None) -> int:
     """Clean every log of ``log_dir``; 0, or 1 when some partition failed. A wrong directory or
-    config raises UsageError / InvalidConfigError before anything is opened."""
+    config raises UsageError / InvalidConfigError before anything is opened. ``round_sink`` is
+    given each round's stats (bench/bench_spark.py sums them)."""
     log_dir = Path(log_dir)
     require_log_dir(log_dir, "clean")
     cleaner_config, topic_config = split_overrides(overrides)
@@ -169,6 +171,8 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
 
         def count_round(tp: TopicPartition, _start: int, _end: int, stats: CleanerStats, _id: int) -> None:
             tallies.setdefault(tp, Tally()).add(stats)
+            if round_sink is not None:
+                round_sink(tp, stats)
 
         cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
                              message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
