@@ -121,7 +121,8 @@ chart: crds
 # helm install (the operator in-cluster), a LogVolume on static local PVs, records through its
 # Service, an offload Job running spark-compact in our image, a killed container, a deleted pod,
 # deletion and helm uninstall. Prints every component's version and the image digest; on a failed
-# step the pods' events and logs. kind-e2e: the same user steps on a kind cluster (needs Docker).
+# step the pods' events and logs. Then the API-server tests of tests/behaviour, which make test skips
+# on a machine where this target has not built kube-apiserver and etcd yet. kind-e2e: the same user steps on a kind cluster (needs Docker).
 E2E_CACHE ?= $(HOME)/.cache/logkeeper/e2e
 E2E_STAMP := $(VENV)/.installed-e2e
 e2e: e2e-needs-root setup $(E2E_STAMP)
@@ -130,7 +131,7 @@ e2e: e2e-needs-root setup $(E2E_STAMP)
 		echo "make e2e: tools ready in $$(( $$(date +%s) - start )) s ($(E2E_CACHE))"
 	LOGKEEPER_E2E_TOOLS=$(E2E_CACHE)/tools.env LOGKEEPER_E2E_NODE_TOOLS=$(E2E_CACHE)/node-tools.env \
 		LOGKEEPER_IMAGE_ENV=.cache/image/image.env $(PY) -m pytest -v -s -p no:cacheprovider -p no:randomly \
-		--timeout 1800 tests/e2e $(PYTEST_ARGS)
+		--timeout 1800 tests/e2e tests/behaviour/test_operator_apiserver.py $(PYTEST_ARGS)
 
 # the e2e extra (kubectl), installed again only when the pins change
 $(E2E_STAMP): $(STAMP)
