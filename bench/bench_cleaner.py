@@ -327,7 +327,7 @@ def main() -> None:
                    "jit": "numba's JIT (LOGKEEPER_KERNELS=jit or no compiled module)"}.get(kernels_mode, kernels_mode)
         m = SipHashOffsetMap(128 * 1024 * 1024)
         m.prepare(1 << 30)
-        per_slot = m.memory_bytes / m.table.shape[0]
+        per_slot = m.memory_bytes / m.views()[0].shape[0]
 
         lines = ["| workload | dirty MB | plain read MB/s | run_clean in-process: s | MB/s | vs read "
                  "| `logkeeper clean` process: s | MB/s | vs dict-of-MD5 |",

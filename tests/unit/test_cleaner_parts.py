@@ -99,15 +99,15 @@ def test_offset_map_capacity_and_slot_size() -> None:
     assert m.capacity_slots == 128 * 1024 * 1024 // 24
     assert m.max_entries == int(m.capacity_slots * 0.9)
     m.prepare(1 << 40)  # more keys than fit: the full table
-    assert m.table.shape[0] == m.capacity_slots
+    assert m.views()[0].shape[0] == m.capacity_slots
     assert m.memory_bytes == m.capacity_slots * 24 <= 128 * 1024 * 1024
-    assert m.table.dtype == np.int64 and m.table.shape[1] == 3
+    assert m.views()[0].dtype == np.int64 and m.views()[0].shape[1] == 3
 
 
 def test_offset_map_grows_within_its_bound() -> None:
     m = SipHashOffsetMap(24 * 1_000_000)
     m.prepare(50_000)
-    assert m.table.shape[0] < 200_000 and m.slots_limit * 3 // 2 <= m.capacity_slots
+    assert m.views()[0].shape[0] < 200_000 and m.slots_limit * 3 // 2 <= m.capacity_slots
     for i in range(50_000):
         if m.size >= m.grow_at:
             assert m.grow()

@@ -35,7 +35,7 @@ from ..log.log import Log
 from ..log.names import TopicPartition
 from ..records.batch_format import CONTROL_FLAG
 from ..records.scan_kernels import _varint, _varlong
-from .map_kernel import MAP_CONTROL, MAP_DATA, rows_of
+from .map_kernel import MAP_CONTROL, MAP_DATA, record_area, rows_of
 from .offset_map import fresh_state, map_hash
 from .segment_view import SegmentView, record_areas
 
@@ -73,9 +73,7 @@ def _sketch_kernel(buf, dbuf, rows, start, end, state, registers):  # type: igno
         row = rows[r]
         if row.mode != MAP_DATA:
             continue
-        src = dbuf if row.in_dbuf else buf
-        p = row.area_start
-        e = row.area_end
+        src, p, e = record_area(row, buf, dbuf)
         for _j in range(row.record_count):
             if p >= e:
                 break

@@ -74,6 +74,7 @@ from ..records.scan_kernels import (
     _varint,
     _varlong,
 )
+from .map_kernel import record_area
 from .offset_map import map_get, map_hash, prefetch_home, superseded_bit
 
 FILTER_DELETE = 0
@@ -126,10 +127,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
     (table, state, superseded_bits); with ``exact`` the two offset arrays answer instead.
     Returns (error code, position, row, detail)."""
     look = lookup[0]
-    exact = look.exact
-    latest = look.latest
-    now = look.now
-    first_dirty = look.first_dirty
+    exact, latest, now, first_dirty = look.exact, look.latest, look.now, look.first_dirty
     n = rows.shape[0]
     # cursors into the exact decisions: records come in offset order within a window
     kc = np.searchsorted(kept_offsets, rows[0].base_offset) if exact and n else 0
@@ -160,9 +158,7 @@ def decide_kernel(  # type: ignore[no-untyped-def]
         m = row.mode
         if m == FILTER_DELETE:
             continue
-        src = dbuf if row.in_dbuf else buf
-        p = row.area_start
-        e = row.area_end
+        src, p, e = record_area(row, buf, dbuf)
         base = row.base_offset
         lat = row.log_append_time
         batch_max_ts = row.max_ts
@@ -347,7 +343,7 @@ def assemble_kernel(buf, dbuf, rows, keep, rec_pos, out):  # type: ignore[no-unt
             w += bf.HEADER_SIZE
             continue
         # rebuild from the kept records
-        src = dbuf if row.in_dbuf else buf
+        src, _, _ = record_area(row, buf, dbuf)
         q0 = w + bf.HEADER_SIZE
         o = q0
         lat = row.log_append_time

@@ -75,6 +75,13 @@ PREFETCH_ROWS = 12  # put_kernel prefetches the home slot of the row this far ah
 MIN_PARSED_RECORD = 5
 
 
+@kernel(inline=True)
+def record_area(row, buf, dbuf):  # type: ignore[no-untyped-def]
+    """Where the records of a batch row (any row type with ``in_dbuf``, ``area_start`` and
+    ``area_end``) lie: (the bytes, start, end)."""
+    return (dbuf if row.in_dbuf else buf), row.area_start, row.area_end
+
+
 def rows_of(areas: RecordAreas, record_count: npt.NDArray[np.integer], base_offset: npt.NDArray[np.int64],
             last_offset: npt.NDArray[np.int64], mode: npt.NDArray[np.int8]) -> npt.NDArray[np.void]:
     """The ``MAP_ROW`` view of a window's batches (columns of its batch table, sliced alike)."""
@@ -109,9 +116,7 @@ def hash_kernel(buf, dbuf, rows, start_offset, state, hashed):  # type: ignore[n
         row = rows[r]
         if row.mode != MAP_DATA:
             continue
-        src = dbuf if row.in_dbuf else buf
-        p = row.area_start
-        e = row.area_end
+        src, p, e = record_area(row, buf, dbuf)
         base = row.base_offset
         for i in range(row.record_count):
             if p >= e or j >= capacity:
@@ -140,10 +145,7 @@ def put_kernel(rows, row0, n_rows, rec0, start_offset, hashed, table, state, sup
     map (table, state, superseded). Returns (status, row, rec, records counted): for NEED_GROW,
     the row and rec to call again from."""
     s = state[0]
-    entries = s.entries
-    latest = s.latest
-    max_entries = s.max_entries
-    grow_at = s.grow_at
+    entries, latest, max_entries, grow_at = s.entries, s.latest, s.max_entries, s.grow_at
     n_hashed = hashed.shape[0]
     rec = rec0
     counted = np.int64(0)

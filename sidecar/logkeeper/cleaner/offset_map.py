@@ -284,10 +284,6 @@ class SipHashOffsetMap:
         return int(self._table.nbytes)
 
     @property
-    def table(self) -> Table:
-        return self._table
-
-    @property
     def max_entries(self) -> int:
         """Kafka's ``(int) (slots * loadFactor)``: a round stops filling the map here."""
         return int(self._state["max_entries"][0])
