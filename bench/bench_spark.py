@@ -41,6 +41,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -298,6 +299,9 @@ def main() -> None:
     sizes = [int(float(k.rstrip("Mm")) * 1e6) if k[-1] in "Mm" else int(k) for k in args.keys.split(",")]
 
     logging.getLogger("logkeeper.log").setLevel(logging.ERROR)  # "rebuilding indexes": none are written here
+    # a SIGTERM (a stopped make, a killed run) unwinds through the finally below like an error, so
+    # the standalone cluster's master and workers are stopped and the scratch removed
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     load_start = os.getloadavg()
     scratch = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=args.dir))
     started = time.perf_counter()
