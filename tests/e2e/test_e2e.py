@@ -49,6 +49,7 @@ spec:
     log.cleaner.threads: 1
     log.cleaner.backoff.ms: 300
     log.cleaner.dedupe.buffer.size: 24576
+    log.cleaner.offload.backlog.min.passes: 2
 """
 LOGVOLUME = f"""
 apiVersion: logkeeper.io/v1alpha1

@@ -72,6 +72,7 @@ JOBS_POLICY_YAML = {"apiVersion": "logkeeper.io/v1alpha1", "kind": "CleanerPolic
                     "metadata": {"name": JOBS_POLICY, "namespace": NAMESPACE},
                     "spec": {"cleaner": {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": 300,
                                          "log.cleaner.dedupe.buffer.size": 24576,
+                                         "log.cleaner.offload.backlog.min.passes": 2,
                                          "log.cleaner.uncleanable.retry.initial.ms": 2000,
                                          "log.cleaner.uncleanable.retry.max.ms": 2000},
                              "compactionJobs": {"ttlSecondsAfterFinished": 5}}}

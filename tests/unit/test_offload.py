@@ -267,7 +267,7 @@ def test_segments_changed_below_the_end_offset_abort(setup: Setup) -> None:
 def test_failures_back_off_doubling_and_the_cleaner_threads_take_over(setup: Setup) -> None:
     setup.job.after = _fail
     ltc = LogToClean(setup.log, 0, setup.log.active_segment.base_offset)
-    setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 10, 5, 2, 1, 0, 1, NOW_MS))
+    setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 40, 5, 8, 1, 0, 1, NOW_MS))
     assert setup.offloader.wants(ltc)
     delays = []
     for _ in range(4):
@@ -297,16 +297,21 @@ def test_a_paused_partition_is_resumed_to_its_own_pause_count(setup: Setup) -> N
 
 
 # ---------------------------------------------------------------------------------------------- which logs
-def test_wants_backlogs_and_the_dirty_bytes_threshold(setup: Setup, tmp_path: Path) -> None:
+def test_wants_backlogs_past_the_crossover_and_the_dirty_bytes_threshold(setup: Setup, tmp_path: Path) -> None:
     log = setup.log
     ltc = LogToClean(log, 0, log.active_segment.base_offset)
     assert not setup.offloader.wants(ltc)
-    setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 10, 5, 2, 1, 0, 1, NOW_MS))
+    setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 40, 5, 8, 1, 0, 1, NOW_MS))
     assert setup.offloader.wants(ltc)
     assert setup.manager.grab_filthiest_compacted_log() is None  # the threads leave it to the offloader
     assert [c.log for c in setup.offloader.candidates()] == [log]
-    setup.manager.set_backlog(TP, None)
     logs = {TP: log}
+    for passes, min_passes, wanted in ((7, 8, False), (8, 8, True), (2, 2, True)):  # the crossover (config.py)
+        setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 5 * passes, 5, passes, 1, 0, 1, NOW_MS))
+        cfg = CleanerConfig.from_props({"log.cleaner.offload.enable": True,
+                                        "log.cleaner.offload.backlog.min.passes": min_passes})
+        assert Offloader(cfg, setup.manager, lambda: logs, clock_ms=setup.clock).wants(ltc) is wanted
+    setup.manager.set_backlog(TP, None)
     for threshold, wanted in ((ltc.cleanable_bytes - 1, True), (ltc.cleanable_bytes, False)):
         cfg = CleanerConfig.from_props({"log.cleaner.offload.enable": True,
                                         "log.cleaner.offload.dirty.bytes.threshold": threshold})

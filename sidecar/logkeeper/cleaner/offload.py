@@ -2,7 +2,8 @@
 
 Which logs (``wants``): with ``log.cleaner.offload.enable``, a compacted log that the cleaner
 marked as a backlog (a round's offset map filled before the end of its dirty section, and the
-distinct keys of that section exceed what one map holds: backlog.py), or whose cleanable bytes
+distinct keys of that section exceed what one map holds: backlog.py) of at least
+``log.cleaner.offload.backlog.min.passes`` estimated passes, or whose cleanable bytes
 exceed ``log.cleaner.offload.dirty.bytes.threshold`` while it is eligible for cleaning (dirty
 ratio or max.compaction.lag.ms), unless a failed hand-off of it waits for its retry. The cleaner
 threads skip such logs (``CleanerManager.offload_filter``); ``run_once`` (the offload thread,
@@ -224,8 +225,9 @@ class Offloader:
         tp = ltc.topic_partition
         if self.in_backoff(tp):
             return False
-        if tp in self.manager.backlogs():
-            return True
+        mark = self.manager.backlogs().get(tp)
+        if mark is not None and mark.passes >= self.config.log_cleaner_offload_backlog_min_passes:
+            return True  # past the crossover: Spark's one pass beats that many rounds
         threshold = self.config.log_cleaner_offload_dirty_bytes_threshold
         return 0 <= threshold < ltc.cleanable_bytes and (
             ltc.need_compaction_now or ltc.cleanable_ratio > ltc.log.config.min_cleanable_dirty_ratio)
