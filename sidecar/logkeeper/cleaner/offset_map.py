@@ -265,7 +265,6 @@ class SipHashOffsetMap:
         if capacity < 1:
             raise ValueError(f"an offset map needs at least one slot ({BYTES_PER_SLOT} bytes)")
         self._capacity = capacity
-        self.load_factor = load_factor
         self._table: Table = np.empty((0, 3), dtype=np.int64)
         self._superseded: Bits = _NO_BITS
         self._state = fresh_state()

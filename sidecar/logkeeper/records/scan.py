@@ -62,6 +62,7 @@ bench/results/walk.md).
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,9 @@ class BatchTable:
     stop_position: int
     stop_reason: ScanStop
 
-    @property
+    @functools.cached_property
     def last_offset(self) -> I64:
+        """Each batch's last offset: computed once a table (callers index it a row at a time)."""
         return self.base_offset + self.last_offset_delta
 
     @property
