@@ -10,9 +10,11 @@ down cleanly. Each scenario then times ``LogManager(...)`` + ``startup()`` (medi
   recovery points): the segment holding each recovery point (the active one) is recovered;
 - unclean, no checkpoint: no marker and no recovery-point checkpoint: every segment is recovered.
 
-Shutdown time (flush, close, checkpoints, marker) is reported too. Warm page cache throughout.
+Shutdown time (flush, close, checkpoints, marker) is reported too. Every row runs with a warm page
+cache; with ``--cold`` (root only: it writes /proc/sys/vm/drop_caches) each round also runs once
+after the page cache is dropped, so the loads read from the disk.
 
-Run: ``.venv/bin/python bench/bench_startup.py [--partitions 1000] [--segments 3] [--segment-kb 256]``
+Run: ``.venv/bin/python bench/bench_startup.py [--partitions 1000] [--segments 3] [--segment-kb 256] [--cold]``
 """
 
 from __future__ import annotations
@@ -64,8 +66,16 @@ def build(log_dir: Path, partitions: int, segments: int, segment_bytes: int) -> 
     return count, count * len(batch)
 
 
-def time_startup(log_dir: Path, threads: int, segment_bytes: int, prepare: str) -> tuple[float, float, int, int]:
+def drop_page_cache() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def time_startup(log_dir: Path, threads: int, segment_bytes: int, prepare: str,
+                 cold: bool = False) -> tuple[float, float, int, int]:
     """(startup s, shutdown s, logs, segments recovered) for one round."""
+    if cold:
+        drop_page_cache()
     if prepare in ("unclean", "unclean-no-checkpoint"):
         (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     if prepare == "unclean-no-checkpoint":
@@ -88,6 +98,7 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=3)
     ap.add_argument("--segment-kb", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cold", action="store_true", help="also time each row after dropping the page cache")
     ap.add_argument("--out", default="bench/results/startup.md")
     args = ap.parse_args()
     segment_bytes = args.segment_kb * 1024
@@ -98,15 +109,17 @@ def main() -> None:
         t0 = time.perf_counter()
         batches, size = build(log_dir, args.partitions, args.segments, segment_bytes)
         build_s = time.perf_counter() - t0
-        time_startup(log_dir, 2, segment_bytes, "clean")  # warm-up: page cache, compiled kernels
-        for scenario in ("clean", "unclean", "unclean-no-checkpoint"):
-            for threads in (1, 2):
-                runs = [time_startup(log_dir, threads, segment_bytes, scenario) for _ in range(args.rounds)]
-                start_s = statistics.median(r[0] for r in runs)
-                stop_s = statistics.median(r[1] for r in runs)
-                rows.append((scenario, threads, start_s, stop_s, runs[0][2], runs[0][3]))
-                print(f"{scenario:24s} threads {threads}: startup {start_s:.2f} s, shutdown {stop_s:.2f} s, "
-                      f"{runs[0][3]} segments recovered", flush=True)
+        time_startup(log_dir, 1, segment_bytes, "clean")  # warm-up: page cache, compiled kernels
+        for cache in ("warm", "cold") if args.cold else ("warm",):
+            for scenario in ("clean", "unclean", "unclean-no-checkpoint"):
+                for threads in (1, 2):
+                    runs = [time_startup(log_dir, threads, segment_bytes, scenario, cache == "cold")
+                            for _ in range(args.rounds)]
+                    start_s = statistics.median(r[0] for r in runs)
+                    stop_s = statistics.median(r[1] for r in runs)
+                    rows.append((cache, scenario, threads, start_s, stop_s, runs[0][2], runs[0][3]))
+                    print(f"{cache} {scenario:24s} threads {threads}: startup {start_s:.2f} s, "
+                          f"shutdown {stop_s:.2f} s, {runs[0][3]} segments recovered", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = args.partitions
@@ -114,28 +127,33 @@ def main() -> None:
         "# bench_startup: LogManager start-up of one log directory",
         "",
         f"- command: `.venv/bin/python bench/bench_startup.py --partitions {n} --segments {args.segments} "
-        f"--segment-kb {args.segment_kb} --rounds {args.rounds}`",
+        f"--segment-kb {args.segment_kb} --rounds {args.rounds}{' --cold' if args.cold else ''}`",
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine(f'numpy {np.__version__}', unknown='unknown')}",
         "",
         f"directory: {n} partitions x {args.segments} segments ({args.segment_kb} KiB segments, the last one "
         f"half full), {batches:,} batches of ~4 KiB, {size / 1e6:.0f} MB; built in {build_s:.1f} s. "
-        f"Median of {args.rounds} rounds, warm page cache.",
+        f"Median of {args.rounds} rounds. Page cache: warm, or dropped before each round (cold).",
         "",
-        "| shutdown before | recovery threads | startup s | ms / partition | segments recovered | shutdown s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| page cache | shutdown before | recovery threads | startup s | ms / partition | segments recovered "
+        "| shutdown s |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for scenario, threads, start_s, stop_s, logs, recovered in rows:
-        lines.append(f"| {scenario} | {threads} | {start_s:.2f} | {start_s * 1000 / max(logs, 1):.2f} | "
+    for cache, scenario, threads, start_s, stop_s, logs, recovered in rows:
+        lines.append(f"| {cache} | {scenario} | {threads} | {start_s:.2f} | {start_s * 1000 / max(logs, 1):.2f} | "
                      f"{recovered:,} | {stop_s:.2f} |")
-    clean = {t: s for sc, t, s, *_ in rows if sc == "clean"}
-    unclean = {t: s for sc, t, s, *_ in rows if sc == "unclean"}
+    start = {(c, sc, t): s for c, sc, t, s, *_ in rows}
+    lines += [""]
+    lines += [f"start-up time, 2 threads / 1 thread, {c} {sc}: {start[c, sc, 2] / start[c, sc, 1]:.2f}x"
+              for c, sc, _t, *_ in rows if _t == 1]
     lines += [
-        "", f"unclean / clean start-up (2 threads): {unclean[2] / clean[2]:.2f}x", "",
+        f"unclean / clean start-up (1 thread, warm): {start['warm', 'unclean', 1] / start['warm', 'clean', 1]:.2f}x",
+        "",
         "Notes: loading is mostly Python work under the GIL (opening files, mapping indexes, one "
-        "batch-header scan per segment), so a second recovery thread can only overlap the parts that "
-        "release it (the compiled CRC check and index rebuild, file I/O) and mostly contends; on 2 "
-        "cores shared with other jobs the difference is within run-to-run noise. "
+        "batch-header scan per segment). A second recovery thread can only overlap the parts that "
+        "release it (the compiled CRC check and index rebuild, system calls), and every such release "
+        "hands the GIL to the other thread, so the two mostly take turns at a cost: the reason the "
+        "default of num.recovery.threads.per.data.dir is 1. "
         "The shutdown after a recovery without checkpoint fsyncs every recovered segment: as in Kafka, "
         "loading leaves the recovery point where the checkpoint put it (0 here), and shutdown flushes "
         "up to the log end.", ""]

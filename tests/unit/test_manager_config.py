@@ -25,7 +25,7 @@ def test_every_manager_setting_has_its_field_and_back() -> None:
 def test_kafka_defaults() -> None:
     c = ManagerConfig.from_props()
     assert c.log_dirs == ["/tmp/kafka-logs"]
-    assert c.num_recovery_threads_per_data_dir == 2  # Kafka 4.0 (KIP-1030)
+    assert c.num_recovery_threads_per_data_dir == 1  # Kafka 3's value: a second thread contends for the GIL
     assert c.log_retention_check_interval_ms == 300_000
     assert c.log_flush_scheduler_interval_ms == LONG_MAX
     assert c.log_flush_offset_checkpoint_interval_ms == 60_000

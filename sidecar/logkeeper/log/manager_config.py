@@ -7,7 +7,7 @@ Two groups of settings, each defined once:
 | key                                            | default       | what                              |
 |------------------------------------------------|---------------|-----------------------------------|
 | log.dirs                                       | /tmp/kafka-logs | the log directories (disks)     |
-| num.recovery.threads.per.data.dir              | 2             | load/close threads per directory  |
+| num.recovery.threads.per.data.dir              | 1             | load/close threads per directory  |
 | log.retention.check.interval.ms                | 300000        | period of the retention pass      |
 | log.flush.scheduler.interval.ms                | 2^63 - 1      | period of the flush.ms check      |
 | log.flush.offset.checkpoint.interval.ms        | 60000         | recovery-point checkpoint period  |
@@ -19,7 +19,10 @@ Two groups of settings, each defined once:
 converted to the topic key's unit) becomes the default of that topic key for every log, and a
 topic key with no synonym set keeps LogConfig's default. A topic's own overrides win over both.
 
-Deliberate choices: num.recovery.threads.per.data.dir is 2, as in Kafka 4.0 (KIP-1030). Kafka's
+Deliberate choices: num.recovery.threads.per.data.dir is 1, Kafka 3's value, not Kafka 4.0's 2
+(KIP-1030): loading a log is mostly Python under the GIL, and a second thread only hands the GIL
+back and forth at every system call, so it loads slower, warm or cold (bench/results/startup.md).
+Each directory still has its own pool. Kafka's
 default log.flush.scheduler.interval.ms (2^63 - 1) is kept: the flusher then runs once, after the
 initial delay, so a topic's flush.ms only takes effect with a shorter scheduler interval (as in
 Kafka). Keys no one reads here (``log.cleaner.*`` of the cleaner, ``broker.id``...) are rejected
@@ -47,7 +50,7 @@ def _non_empty(value: list[str]) -> str | None:
 MANAGER_SETTINGS = SettingGroup("broker", (
     Setting("log.dirs", list, ["/tmp/kafka-logs"], "Directories (one per disk) holding partition directories.",
             _non_empty),
-    Setting("num.recovery.threads.per.data.dir", int, 2,
+    Setting("num.recovery.threads.per.data.dir", int, 1,
             "Threads per log directory that load logs at startup and flush them at shutdown.", at_least(1)),
     Setting("log.retention.check.interval.ms", int, 300000,
             "How often logs are checked for segments to delete by retention.", at_least(1), "ms"),

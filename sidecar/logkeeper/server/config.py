@@ -10,7 +10,7 @@ File format: a mapping with four sections, each optional except ``sidecar.token.
     node:                         # Kafka broker keys of the LogManager (log/manager_config.py):
       log.dirs: [/data/disk-0, /data/disk-1]   # MANAGER_SETTINGS and the broker defaults of
       log.retention.check.interval.ms: 300000  # topic keys (log.segment.bytes, log.retention.ms...)
-      num.recovery.threads.per.data.dir: 2
+      num.recovery.threads.per.data.dir: 1
     cleaner:                      # log.cleaner.* keys (cleaner/config.py)
       log.cleaner.threads: 1
     topics:                       # topic name -> partitions and topic-level configs
