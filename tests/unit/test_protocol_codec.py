@@ -98,8 +98,13 @@ def test_request_header_and_response_frame() -> None:
         parse_request_header(struct.pack(">hhi", 77, 0, 1) + b"\xff\xff")
     with pytest.raises(MalformedError, match="outside the versions"):
         parse_request_header(struct.pack(">hhi", m.FETCH, 40, 1) + b"\xff\xff")
-    assert response_frame(7, 1, b"xy") == struct.pack(">ii", 7, 7) + b"\x00xy"
-    assert response_frame(7, 0, b"xy") == struct.pack(">ii", 6, 7) + b"xy"
+    body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": []}
+    for version, header_version in ((12, 1), (11, 0)):
+        w = Writer()
+        m.FETCH_RESPONSE.encode(w, body, version)
+        tagged = b"\x00" if header_version else b""
+        assert response_frame(7, header_version, m.FETCH_RESPONSE, body, version) == \
+            struct.pack(">ii", 4 + len(tagged) + len(w.buf), 7) + tagged + w.buf
     assert m.APIS[m.API_VERSIONS].response_header_version(3) == 0  # always v0
 
 

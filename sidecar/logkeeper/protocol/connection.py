@@ -58,7 +58,7 @@ from . import messages as m
 from .context import BrokerContext
 from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
 from .memory_pool import MemoryPool, allocate_frame, free_frame
-from .primitives import MalformedError, Writer
+from .primitives import MalformedError
 from .sasl import Mechanism, SaslFailure, UsersFile, server_for
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
 class CloseConnection(Exception):
     """Close this connection (after writing ``response`` when given); the message is logged."""
 
-    def __init__(self, why: str, response: bytes | None = None, level: int = logging.WARNING) -> None:
+    def __init__(self, why: str, response: bytes | bytearray | None = None, level: int = logging.WARNING) -> None:
         super().__init__(why)
         self.response = response
         self.level = level
@@ -109,7 +109,7 @@ class SaslState:
     started: float = field(default_factory=time.monotonic)
 
 
-FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[bytes | None]]
+FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[bytes | bytearray | None]]
 
 
 class ConnectionHost(Protocol):
@@ -128,7 +128,7 @@ class ConnectionHost(Protocol):
 
     def users_or_fail(self) -> UsersFile: ...
 
-    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | None: ...
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | bytearray | None: ...
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -243,7 +243,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.transport.close()
 
     # ------------------------------------------------------------------ writing
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | bytearray) -> None:
         self.transport.write(data)
         if self._write_paused and not self._closed:
             self._drained = asyncio.get_running_loop().create_future()
@@ -312,7 +312,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             self.busy = False
         buf: bytearray | mmap.mmap | None = None
-        response: bytes | None = None
+        response: bytes | bytearray | None = None
         closing: CloseConnection | None = None
         try:
             buf = allocate_frame(size)
@@ -362,7 +362,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("kafka: closing the connection from %s: malformed request: %s (frame starts %s)",
                         self.peer_host, err, bytes(frame[:96]).hex())
 
-    async def _handle(self, frame: memoryview) -> bytes | None:
+    async def _handle(self, frame: memoryview) -> bytes | bytearray | None:
         sasl = self.sasl
         if sasl is not None and not sasl.authenticated:
             key = peek_header(frame)[0]
@@ -374,15 +374,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return await self.listener.handle_frame(self, frame)
 
     # ------------------------------------------------------------------ SASL
-    async def _sasl_step(self, frame: memoryview, sasl: SaslState) -> bytes:
+    async def _sasl_step(self, frame: memoryview, sasl: SaslState) -> bytearray:
         header, spec, reader = parse_request_header(frame)
         request = spec.request.decode(reader, header.api_version)
         version, correlation_id = header.api_version, header.correlation_id
 
-        def answer(body: dict[str, Any]) -> bytes:
-            w = Writer()
-            spec.response.encode(w, body, version)
-            return response_frame(correlation_id, spec.response_header_version(version), w.buf)
+        def answer(body: dict[str, Any]) -> bytearray:
+            return response_frame(correlation_id, spec.response_header_version(version), spec.response, body, version)
 
         if header.api_key == m.SASL_HANDSHAKE:
             mechanisms = list(sasl.mechanisms)

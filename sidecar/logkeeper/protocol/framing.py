@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from .messages import APIS, ApiSpec
-from .primitives import MalformedError, Reader
+from .primitives import MalformedError, Reader, Writer
+from .schema import Message
 
 FRAME_SIZE = struct.Struct(">i")
+RESPONSE_HEAD = struct.Struct(">ii")  # frame size, correlation id
+RESPONSE_HEAD_FLEXIBLE = struct.Struct(">iiB")  # and an empty tagged-fields section
 _FIXED = struct.Struct(">hhi")
 MIN_REQUEST_SIZE = _FIXED.size
 
@@ -66,7 +70,16 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, ApiS
     return RequestHeader(key, version, correlation_id, client_id), spec, reader
 
 
-def response_frame(correlation_id: int, header_version: int, body: bytes | bytearray) -> bytes:
-    tagged = b"\x00" if header_version >= 1 else b""
-    size = 4 + len(tagged) + len(body)
-    return FRAME_SIZE.pack(size) + struct.pack(">i", correlation_id) + tagged + bytes(body)
+def response_frame(correlation_id: int, header_version: int, message: Message, body: dict[str, Any],
+                   version: int) -> bytearray:
+    """The whole response frame (size, header, body), encoded in place into one buffer.
+
+    A fetch answer carries up to fetch.max.bytes of records: encoding the body on its own and then
+    joining it behind the size and header copied it twice more (it was a third of the event loop's
+    time under ConsumerPerformance). Here the size is patched in once the body is written."""
+    w = Writer()
+    w.buf += RESPONSE_HEAD_FLEXIBLE.pack(0, correlation_id, 0) if header_version >= 1 else \
+        RESPONSE_HEAD.pack(0, correlation_id)
+    message.encode(w, body, version)
+    FRAME_SIZE.pack_into(w.buf, 0, len(w.buf) - FRAME_SIZE.size)
+    return w.buf

@@ -56,7 +56,6 @@ from .framing import parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
 from .memory_pool import MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
-from .primitives import Writer
 from .sasl import UsersFile
 
 log = logging.getLogger(__name__)
@@ -98,14 +97,12 @@ def cluster_id_for(log_dirs: list[str]) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
-async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> bytes | None:
+async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> bytes | bytearray | None:
     """The response frame of one request frame; None when none is due (acks 0). Raises
     MalformedError (close the connection) or CloseConnection."""
     key, version, correlation_id = peek_header(frame)
     if key == m.API_VERSIONS and version > m.APIS[key].schema_max:
-        w = Writer()
-        m.API_VERSIONS_RESPONSE.encode(w, handlers_meta.api_versions_body(35), 0)
-        return response_frame(correlation_id, 0, w.buf)
+        return response_frame(correlation_id, 0, m.API_VERSIONS_RESPONSE, handlers_meta.api_versions_body(35), 0)
     header, spec, reader = parse_request_header(frame)
     request = spec.request.decode(reader, version)
     if reader.remaining():  # Kafka ignores them too (librdkafka's admin Metadata v12 sends 3 more)
@@ -114,9 +111,7 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     response = await HANDLERS[key](ctx, conn, request, version)
     if response is None:
         return None
-    w = Writer()
-    spec.response.encode(w, response, version)
-    return response_frame(correlation_id, spec.response_header_version(version), w.buf)
+    return response_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
 
 
 def _read_secret(path: str) -> str | None:
@@ -245,7 +240,7 @@ class KafkaListener:
             raise CloseConnection("SASL is not configured on this listener")
         return self.users
 
-    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | None:
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | bytearray | None:
         ctx = self.ctx
         if ctx is None:
             raise CloseConnection("the listener is stopping")
