@@ -107,9 +107,11 @@ class LogLoader:
 
     def _files(self) -> list[Path]:
         # scandir's entries know their type from the directory listing: no stat per file (a log of
-        # a few segments has a score of files, and a startup loads every log)
+        # a few segments has a score of files, and a startup loads every log). Sorted as strings:
+        # comparing Paths re-parses them.
         with os.scandir(self.dir) as entries:
-            return sorted(Path(e.path) for e in entries if e.is_file())
+            paths = sorted(e.path for e in entries if e.is_file())
+        return [Path(p) for p in paths]
 
     def _delete(self, path: Path, why: str) -> None:
         log.info("deleting %s (%s)", path, why)
