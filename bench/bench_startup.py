@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from side_by_side import machine, publish
+from side_by_side import commit, machine, publish
 
 from logkeeper.log.checkpoint import RECOVERY_POINT_CHECKPOINT
 from logkeeper.log.log_dir import CLEAN_SHUTDOWN_FILE
@@ -128,7 +128,7 @@ def main() -> None:
         "",
         f"- command: `.venv/bin/python bench/bench_startup.py --partitions {n} --segments {args.segments} "
         f"--segment-kb {args.segment_kb} --rounds {args.rounds}{' --cold' if args.cold else ''}`",
-        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit()}",
         f"- machine: {machine(f'numpy {np.__version__}', unknown='unknown')}",
         "",
         f"directory: {n} partitions x {args.segments} segments ({args.segment_kb} KiB segments, the last one "
