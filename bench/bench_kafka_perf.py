@@ -14,6 +14,11 @@ the acks=1 default-batch topic of each record size from the start in a new group
 overall, its fetch-only MB/s and its rebalance (group join) time. Each case runs ``--rounds``
 times alternating which server goes first; the median is reported.
 
+The tools and both servers share this machine's 2 cores, and a tool's client is often what limits
+the run: then the throughput ratio says more about the client's share of the CPU than about the
+server. So each run also records the CPU time the server process used (user + system, from
+/proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
+
 Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s,
 ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
 
@@ -32,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +84,7 @@ class Produced:
     mb_per_s: float
     p50_ms: float
     p99_ms: float
+    server_cpu_ms_per_mb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,17 @@ class Consumed:
     records_per_s: float
     join_ms: float
     fetch_mb_per_s: float
+    server_cpu_ms_per_mb: float = 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def per_mb(cpu_s: float, mb: float) -> float:
+    return cpu_s * 1000 / mb if mb > 0 else 0.0
 
 
 def run_tool(dist: KafkaDist, main: str, args: list[str]) -> str:
@@ -151,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "group.initial.rebalance.delay.ms": 0}}).start()
         try:
             bootstrap = {"logkeeper": sidecar.kafka_bootstrap, "kafka": broker.bootstrap}
+            assert sidecar.proc is not None and broker.proc is not None
+            pids = {"logkeeper": sidecar.proc.pid, "kafka": broker.proc.pid}
             for server in SERVERS:  # warm-up: not counted
                 warm = ProducerCase("1", 1000, None)
                 create_topic(dist, bootstrap[server], "warmup")
@@ -166,19 +185,27 @@ def main(argv: list[str] | None = None) -> int:
                 for case in cases:
                     records = args.mb * 1_000_000 // case.record_bytes
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
+                        cpu = cpu_seconds(pids[server])
                         p = produce(dist, bootstrap[server], case, records)
+                        p = replace(p, server_cpu_ms_per_mb=per_mb(cpu_seconds(pids[server]) - cpu,
+                                                                   records * case.record_bytes / 1e6))
                         produced.setdefault((case.name, server), []).append(p)
                         print(f"round {r}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
-                              f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms", flush=True)
+                              f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms, "
+                              f"server CPU {p.server_cpu_ms_per_mb:.1f} ms/MB", flush=True)
                 loads.append(os.getloadavg()[0])
                 for size in (100, 1000):
                     topic = ProducerCase("1", size, None).topic
                     records = args.mb * 1_000_000 // size * (r + 1)  # every round appended that many
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
+                        cpu = cpu_seconds(pids[server])
                         c = consume(dist, bootstrap[server], topic, records)
+                        c = replace(c, server_cpu_ms_per_mb=per_mb(cpu_seconds(pids[server]) - cpu,
+                                                                   records * size / 1e6))
                         consumed.setdefault((f"consume {size} B", server), []).append(c)
                         print(f"round {r}: {server}: consume {size} B: {c.mb_per_s:.1f} MB/s, join {c.join_ms:.0f} ms, "
-                              f"fetch {c.fetch_mb_per_s:.1f} MB/s", flush=True)
+                              f"fetch {c.fetch_mb_per_s:.1f} MB/s, "
+                              f"server CPU {c.server_cpu_ms_per_mb:.1f} ms/MB", flush=True)
         finally:
             sidecar.stop()
             broker.stop()
@@ -195,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _med(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def _cpu(runs: list[Produced] | list[Consumed]) -> str:
+    return f"{_med([r.server_cpu_ms_per_mb for r in runs]):.1f}"
 
 
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
@@ -215,25 +246,29 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         rows.append(f"| {case.name} | {_med([p.records_per_s for p in lk]):,.0f} "
                     f"| {_med([p.records_per_s for p in kf]):,.0f} "
                     f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {_med([p.p50_ms for p in lk]):.0f} / "
-                    f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} |")
+                    f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
+                    f"| {_cpu(lk)} / {_cpu(kf)} |")
     crow = []
     for size in (100, 1000):
         name = f"consume {size} B"
-        lk, kf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
-        lk_mb, kf_mb = _med([c.mb_per_s for c in lk]), _med([c.mb_per_s for c in kf])
-        lk_f, kf_f = _med([c.fetch_mb_per_s for c in lk]), _med([c.fetch_mb_per_s for c in kf])
+        clk, ckf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
+        lk_mb, kf_mb = _med([c.mb_per_s for c in clk]), _med([c.mb_per_s for c in ckf])
+        lk_f, kf_f = _med([c.fetch_mb_per_s for c in clk]), _med([c.fetch_mb_per_s for c in ckf])
         lines.append(side_by_side_line(name, lk_mb, kf_mb))
         lines.append(side_by_side_line(f"{name} fetch only", lk_f, kf_f))
         bars.append((name, lk_mb / kf_mb))
-        crow.append(f"| {name} | {_med([c.records_per_s for c in lk]):,.0f} "
-                    f"| {_med([c.records_per_s for c in kf]):,.0f} "
+        crow.append(f"| {name} | {_med([c.records_per_s for c in clk]):,.0f} "
+                    f"| {_med([c.records_per_s for c in ckf]):,.0f} "
                     f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {lk_f:.1f} / {kf_f:.1f} "
-                    f"| {_med([c.join_ms for c in lk]):.0f} / {_med([c.join_ms for c in kf]):.0f} |")
+                    f"| {_med([c.join_ms for c in clk]):.0f} / {_med([c.join_ms for c in ckf]):.0f} "
+                    f"| {_cpu(clk)} / {_cpu(ckf)} |")
     detail = []
     for (name, server), ps in sorted(produced.items()):
-        detail.append(f"- {server}, {name}: " + "; ".join(f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms" for p in ps))
+        detail.append(f"- {server}, {name}: " + "; ".join(f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms "
+                                                          f"CPU {p.server_cpu_ms_per_mb:.1f} ms/MB" for p in ps))
     for (name, server), cs in sorted(consumed.items()):
-        detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms" for c in cs))
+        detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms "
+                                                          f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
     text = "\n".join([
         "# Kafka's perf tools against the sidecar and against Apache Kafka",
         "",
@@ -251,15 +286,15 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "![ratios](kafka_perf.svg)",
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
-        "| p99 ms (lk / kafka) | >= 1x and p99 <= |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
         *rows,
         "",
         f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | fetch-only MB/s (lk / kafka) "
-        "| group join ms (lk / kafka) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| group join ms (lk / kafka) | server CPU ms per MB (lk / kafka) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *crow,
         "",
         "The lines `make bench-kafka` printed:",
