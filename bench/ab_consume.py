@@ -23,18 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_kafka_perf import (  # noqa: E402
-    PRODUCER,
-    consume,
-    cpu_seconds,
-    create_topic,
-    per_mb,
-    run_tool,
-)
+from bench.bench_kafka_perf import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
-
-TOPIC = "ab-consume"
 
 
 def main() -> None:
@@ -47,6 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     dist = fetch_kafka()
     records = args.mb * 1_000_000 // args.record_bytes
+    case = ProducerCase("1", args.record_bytes, None)  # the topic it writes is the one consumed
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     tmp = Path(tempfile.mkdtemp(prefix="ab-consume-"))
     sidecars: dict[str, SidecarProcess] = {}
@@ -59,18 +51,15 @@ def main() -> None:
                                      env={"PYTHONPATH": str(tree / "sidecar")})
             sidecars[name] = sidecar.start()
             bootstrap = sidecar.kafka_bootstrap
-            create_topic(dist, bootstrap, TOPIC)
-            run_tool(dist, PRODUCER, ["--topic", TOPIC, "--num-records", str(records), "--record-size",
-                                      str(args.record_bytes), "--throughput", "-1", "--producer-props",
-                                      f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=5"])
-            consume(dist, bootstrap, TOPIC, records)  # warm-up: not counted
+            create_topic(dist, bootstrap, case.topic)
+            produce(dist, bootstrap, case, records)
+            consume(dist, bootstrap, case.topic, records)  # warm-up: not counted
         for r in range(args.rounds):
             for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
                 sidecar = sidecars[name]
                 assert sidecar.proc is not None
-                before = cpu_seconds(sidecar.proc.pid)
-                c = consume(dist, sidecar.kafka_bootstrap, TOPIC, records)
-                used = per_mb(cpu_seconds(sidecar.proc.pid) - before, records * args.record_bytes / 1e6)
+                c, used = with_server_cpu(sidecar.proc.pid, records * args.record_bytes / 1e6,
+                                          consume, dist, sidecar.kafka_bootstrap, case.topic, records)
                 mb_s[name].append(c.mb_per_s)
                 cpu[name].append(used)
                 print(f"round {r + 1} {name} ({trees[name]}): {c.mb_per_s:.1f} MB/s, "

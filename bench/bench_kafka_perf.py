@@ -37,8 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -104,6 +106,16 @@ def cpu_seconds(pid: int) -> float:
 
 def per_mb(cpu_s: float, mb: float) -> float:
     return cpu_s * 1000 / mb if mb > 0 else 0.0
+
+
+R = TypeVar("R")
+
+
+def with_server_cpu(pid: int, mb: float, run: Callable[..., R], *args: Any) -> tuple[R, float]:
+    """``run(*args)``'s result and the CPU the server process ``pid`` used meanwhile, in ms per MB moved."""
+    before = cpu_seconds(pid)
+    result = run(*args)
+    return result, per_mb(cpu_seconds(pid) - before, mb)
 
 
 def run_tool(dist: KafkaDist, main: str, args: list[str]) -> str:
@@ -185,10 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                 for case in cases:
                     records = args.mb * 1_000_000 // case.record_bytes
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
-                        cpu = cpu_seconds(pids[server])
-                        p = produce(dist, bootstrap[server], case, records)
-                        p = replace(p, server_cpu_ms_per_mb=per_mb(cpu_seconds(pids[server]) - cpu,
-                                                                   records * case.record_bytes / 1e6))
+                        p, cpu = with_server_cpu(pids[server], records * case.record_bytes / 1e6,
+                                                 produce, dist, bootstrap[server], case, records)
+                        p = replace(p, server_cpu_ms_per_mb=cpu)
                         produced.setdefault((case.name, server), []).append(p)
                         print(f"round {r}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
                               f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms, "
@@ -198,10 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                     topic = ProducerCase("1", size, None).topic
                     records = args.mb * 1_000_000 // size * (r + 1)  # every round appended that many
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
-                        cpu = cpu_seconds(pids[server])
-                        c = consume(dist, bootstrap[server], topic, records)
-                        c = replace(c, server_cpu_ms_per_mb=per_mb(cpu_seconds(pids[server]) - cpu,
-                                                                   records * size / 1e6))
+                        c, cpu = with_server_cpu(pids[server], records * size / 1e6,
+                                                 consume, dist, bootstrap[server], topic, records)
+                        c = replace(c, server_cpu_ms_per_mb=cpu)
                         consumed.setdefault((f"consume {size} B", server), []).append(c)
                         print(f"round {r}: {server}: consume {size} B: {c.mb_per_s:.1f} MB/s, join {c.join_ms:.0f} ms, "
                               f"fetch {c.fetch_mb_per_s:.1f} MB/s, "

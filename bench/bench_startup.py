@@ -145,7 +145,7 @@ def main() -> None:
     start = {(c, sc, t): s for c, sc, t, s, *_ in rows}
     lines += [""]
     lines += [f"start-up time, 2 threads / 1 thread, {c} {sc}: {start[c, sc, 2] / start[c, sc, 1]:.2f}x"
-              for c, sc, _t, *_ in rows if _t == 1]
+              for c, sc, t, *_ in rows if t == 1]
     lines += [
         f"unclean / clean start-up (1 thread, warm): {start['warm', 'unclean', 1] / start['warm', 'clean', 1]:.2f}x",
         "",
