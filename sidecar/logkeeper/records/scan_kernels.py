@@ -357,7 +357,7 @@ def parse_record_fast(buf, p, e):  # type: ignore[no-untyped-def]
         return parse_record(buf, p, e)
     hp = q
     # The headers' fields are read here, not by _nullable_bytes_fast: with it in this loop too,
-    # numba's code for the walk ran ~5% slower (records with and without headers alike).
+    # numba's code for the whole walk ran slower, for records with and without headers alike.
     for _h in range(hc):
         hkl, q = _uvarint_fast(buf, q, 5)
         if q < 0 or hkl < 0 or q + hkl > rec_end:
