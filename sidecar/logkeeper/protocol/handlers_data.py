@@ -196,7 +196,9 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
             results, total = await ctx.run(_read_all, ctx, wanted, max(0, min(req["max_bytes"], fetch_max)),
                                            committed)
             left = deadline - time.monotonic()
-            if total >= req["min_bytes"] or left <= 0 or ctx.sidecar.stopping or \
+            # no partitions: nothing to wait for, so Kafka answers at once. The wait on none
+            # returned at once, and this loop spun, reading again, until max_wait_ms
+            if total >= req["min_bytes"] or left <= 0 or not wanted or ctx.sidecar.stopping or \
                     any(r["error_code"] != ec.NONE for r in results):
                 break
             await ctx.notifier.wait([tp for tp, _ in wanted], left)

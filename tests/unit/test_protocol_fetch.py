@@ -1,0 +1,85 @@
+"""protocol/handlers_data.py's fetch: when it waits for data and when it answers at once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from logkeeper.log.file_records import FileRecords
+from logkeeper.log.names import TopicPartition
+from logkeeper.log.segment import FetchData
+from logkeeper.protocol import handlers_data
+from logkeeper.records.builder import Record, build_batch
+
+BATCH = build_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 100)])
+
+
+class FakeManager:
+    def __init__(self, records: FileRecords) -> None:
+        self.records = records
+
+    def read(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_offset: int | None,
+             min_one_batch: bool) -> FetchData:
+        return FetchData(0, self.records.read(0, max_bytes), 0)
+
+
+class FakeNotifier:
+    def __init__(self) -> None:
+        self.waits = 0
+
+    async def wait(self, tps: list[TopicPartition], timeout_s: float) -> None:
+        self.waits += 1
+        await asyncio.sleep(0)
+
+
+class FakeContext:
+    def __init__(self, records: FileRecords) -> None:
+        log = SimpleNamespace(log_end_offset=1, last_stable_offset=1, log_start_offset=0)
+        self.sidecar = SimpleNamespace(partition_log=lambda tp: log, manager=FakeManager(records), stopping=False)
+        self.settings = SimpleNamespace(fetch_max_bytes=1 << 20)
+        self.notifier = FakeNotifier()
+        self.runs = 0
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        self.runs += 1
+        return fn(*args)
+
+
+def request(partitions: int, max_wait_ms: int = 500) -> dict[str, Any]:
+    return {"isolation_level": 0, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+            "topics": [{"topic": "t", "partitions": [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                                      for p in range(partitions)]}] if partitions else []}
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> FileRecords:
+    f = FileRecords(tmp_path / "00000000000000000000.log")
+    f.append(BATCH)
+    return f
+
+
+def test_a_fetch_of_no_partitions_answers_at_once(records: FileRecords) -> None:
+    """Regression: with nothing to wait on, the wait returned at once and the loop spun, reading
+    again and again until max_wait_ms (Kafka's consumer sends such a fetch; Kafka answers it at
+    once). It cost a ConsumerPerformance run most of the sidecar's CPU."""
+    ctx = FakeContext(records)
+    answer = asyncio.run(handlers_data.fetch(ctx, None, request(0, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    assert answer["responses"] == []
+    assert ctx.notifier.waits == 0 and ctx.runs == 1
+
+
+def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
+    ctx = FakeContext(records)
+    answer = asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    assert [bytes(p["records"]) for t in answer["responses"] for p in t["partitions"]] == [BATCH]
+    assert ctx.notifier.waits == 0
+
+
+def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:
+    ctx = FakeContext(FileRecords(tmp_path / "00000000000000000000.log"))  # empty: below min_bytes
+    asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
+    assert ctx.notifier.waits >= 1
