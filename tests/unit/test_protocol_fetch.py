@@ -1,4 +1,5 @@
-"""protocol/handlers_data.py's fetch: when it waits for data and when it answers at once."""
+"""protocol/handlers_data.py's fetch: when it waits for data and when it answers at once; and the
+append notifier that wakes a waiting fetch."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from logkeeper.log.file_records import FileRecords
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.segment import FetchData
 from logkeeper.protocol import handlers_data
+from logkeeper.protocol.context import AppendNotifier
 from logkeeper.records.builder import Record, build_batch
 
 BATCH = build_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 100)])
@@ -83,3 +85,30 @@ def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:
     ctx = FakeContext(FileRecords(tmp_path / "00000000000000000000.log"))  # empty: below min_bytes
     asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
     assert ctx.notifier.waits >= 1
+
+
+def test_an_append_on_the_event_loop_wakes_a_waiting_fetch_directly() -> None:
+    """The inline produce path notifies on the loop's own thread: the waiter is woken there and
+    then, not through the loop's self-pipe (a write, two reads and a loop turn a produce)."""
+    tp = TopicPartition("t", 0)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        notifier = AppendNotifier(loop)
+        waiting = asyncio.create_task(notifier.wait([tp], 60.0))
+        await asyncio.sleep(0)  # the wait is registered
+
+        def no_self_pipe(*args: Any) -> None:
+            raise AssertionError("call_soon_threadsafe from the loop's own thread")
+
+        loop.call_soon_threadsafe = no_self_pipe  # type: ignore[method-assign,assignment]
+        notifier.notify([tp])
+        await asyncio.wait_for(waiting, 5.0)
+        del loop.call_soon_threadsafe
+        # from another thread it still goes through the loop
+        waiting = asyncio.create_task(notifier.wait([tp], 60.0))
+        await asyncio.sleep(0)
+        await asyncio.to_thread(notifier.notify, [tp])
+        await asyncio.wait_for(waiting, 5.0)
+
+    asyncio.run(main())

@@ -43,7 +43,14 @@ class AppendNotifier:
     def notify(self, tps: list[TopicPartition]) -> None:
         if self._loop.is_closed():
             return
-        self._loop.call_soon_threadsafe(self._wake, tps)
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # an I/O thread's append
+            on_loop = False
+        if on_loop:  # an append made on the event loop (most produces): no self-pipe write and wake-up
+            self._wake(tps)
+        else:
+            self._loop.call_soon_threadsafe(self._wake, tps)
 
     def _wake(self, tps: list[TopicPartition]) -> None:
         for tp in tps:
