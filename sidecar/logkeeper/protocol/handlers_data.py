@@ -18,7 +18,8 @@ clients take as "no session"); per partition up to ``partition_max_bytes`` and u
 at least one batch for the first partition with data (as Kafka). The high watermark is the log
 end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
 aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
-waits up to ``max_wait_ms`` for an append to one of its partitions.
+waits up to ``max_wait_ms`` for an append to one of its partitions; one naming no partition is
+answered at once, as Kafka answers it.
 
 ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
 holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
