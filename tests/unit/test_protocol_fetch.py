@@ -4,6 +4,7 @@ append notifier that wakes a waiting fetch."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,10 +59,11 @@ def request(partitions: int, max_wait_ms: int = 500) -> dict[str, Any]:
 
 
 @pytest.fixture
-def records(tmp_path: Path) -> FileRecords:
+def records(tmp_path: Path) -> Iterator[FileRecords]:
     f = FileRecords(tmp_path / "00000000000000000000.log")
     f.append(BATCH)
-    return f
+    yield f
+    f.close()
 
 
 def test_a_fetch_of_no_partitions_answers_at_once(records: FileRecords) -> None:
@@ -82,8 +84,10 @@ def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
 
 
 def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:
-    ctx = FakeContext(FileRecords(tmp_path / "00000000000000000000.log"))  # empty: below min_bytes
+    empty = FileRecords(tmp_path / "empty.log")  # below min_bytes
+    ctx = FakeContext(empty)
     asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
+    empty.close()
     assert ctx.notifier.waits >= 1
 
 
