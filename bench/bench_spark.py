@@ -63,9 +63,9 @@ from bench_cleaner import (
 from side_by_side import commit, cpu_model
 
 from logkeeper.cleaner.clean_command import run_clean
+from logkeeper.cleaner.offload_manifest import SEGMENTS_DIR, read_manifest
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.spark.manifest import SEGMENTS_DIR, read_manifest
-from logkeeper.spark.rewrite import file_crc32c
+from logkeeper.records.batch import file_crc32c
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark.md"
 PARTITION = "bench-0"

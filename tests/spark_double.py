@@ -1,7 +1,7 @@
 """A stand-in for ``logkeeper spark-compact`` without Spark, for the hand-off tests of the default suite.
 
 Same command line (``[spark-compact] --log-dir D --partition TOPIC-P --staging S ...``), same plan,
-rewrite and manifest code (spark/plan.py, rewrite.py, manifest.py), same exit statuses and
+rewrite and manifest code (spark/plan.py, spark/rewrite.py, cleaner/offload_manifest.py), same exit statuses and
 ``failure.json``, same crash points (LOGKEEPER_SPARK_CRASH_AT=planned|written|manifest); only the
 Spark stage (the latest offset of each exact key) is a Python dict (spark_helpers.dict_decisions).
 For the kill tests: LOGKEEPER_DOUBLE_PID_FILE gets this process's pid once it started, and
@@ -24,8 +24,9 @@ PATH = Path(__file__).resolve()
 
 
 def main(argv: list[str]) -> int:
-    from logkeeper.spark.command import add_arguments, maybe_crash, plan_from_args
-    from logkeeper.spark.manifest import write_failure
+    from logkeeper.cleaner.offload_manifest import write_failure
+    from logkeeper.spark.command import add_arguments, plan_from_args
+    from logkeeper.spark.faults import maybe_crash
     from tests.spark_helpers import run_local_job
 
     parser = argparse.ArgumentParser(prog="spark_double")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.exact import ExactDecisions
+from logkeeper.cleaner.offload_manifest import SEGMENTS_DIR, Manifest, write_manifest
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
 from logkeeper.fileio import CrashHook, no_crash
@@ -20,7 +21,6 @@ from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.compression import Codec
 from logkeeper.spark.extract import extract_keys
-from logkeeper.spark.manifest import SEGMENTS_DIR, Manifest, write_manifest
 from logkeeper.spark.plan import CLEAN, DIRTY, MIN_OFFSET, CompactionPlan, Offsets, plan_compaction
 from logkeeper.spark.rewrite import build_manifest, rewrite_group
 from tests.cleaner_logs import TxnProducer, append_kvs

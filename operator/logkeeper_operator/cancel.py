@@ -2,7 +2,7 @@
 CompactionJob (builders.cancel_job), on the volume where the sidecar waits for the job's result.
 
 It leaves ``failure.json`` with REASON in STAGING, the file a failed Spark job leaves
-(logkeeper/spark/manifest.py): the sidecar's external runner reads it, fails the hand-off, removes
+(logkeeper/cleaner/offload_manifest.py): the sidecar's external runner reads it, fails the hand-off, removes
 the staging directory and resumes the partition's cleaning. A staging directory that is gone (the
 hand-off ended meanwhile) is left gone: nothing is created. Exit 0 either way.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from logkeeper.spark.manifest import write_failure
+from logkeeper.cleaner.offload_manifest import write_failure
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,7 @@ class HandOff:
     state: str = ""
     reason: str = ""
     result: Mapping[str, Any] | None = None
-    progress: Mapping[str, Any] | None = None  # the job's progress.json while it runs (spark/progress.py)
+    progress: Mapping[str, Any] | None = None  # the job's progress.json while it runs (cleaner/offload_progress.py)
 
     @classmethod
     def of(cls, entry: Mapping[str, Any] | None, hand_off: str, reachable: bool) -> HandOff:
@@ -106,7 +106,7 @@ class HandOff:
 
 def progress_status(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A CompactionJob's ``status.progress`` from the job's progress document (as the sidecar
-    relays it; spark/progress.py): the stage, its units and bytes, the Spark UI, and ``summary``
+    relays it; cleaner/offload_progress.py): the stage, its units and bytes, the Spark UI, and ``summary``
     (the PROGRESS column: "rewrite 3/6, 41%"). None when the job has written none yet."""
     if not doc or not doc.get("stage"):
         return None

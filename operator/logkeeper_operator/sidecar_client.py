@@ -22,8 +22,7 @@ TIMEOUT_S = 10.0
 class SidecarError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status or 'no answer'}: {message}")
-        self.status = status
-        self.message = message
+        self.status = status  # 0: no answer
 
 
 class SidecarClient:

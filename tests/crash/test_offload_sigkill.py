@@ -20,7 +20,7 @@ import pytest
 
 from logkeeper.cleaner.offload import CRASH_ENV
 from logkeeper.server.process import SidecarProcess
-from logkeeper.spark.command import CRASH_ENV as JOB_CRASH_ENV
+from logkeeper.spark.faults import CRASH_ENV as JOB_CRASH_ENV
 from logkeeper.tools.verify import verify_path
 from tests import spark_double
 from tests.offload_process import (

@@ -29,7 +29,7 @@ from typing import Any
 
 from logkeeper.cleaner.offload_job import session_groups
 from logkeeper.server.process import SidecarProcess
-from logkeeper.spark.command import CRASH_ENV as JOB_CRASH_ENV
+from logkeeper.spark.faults import CRASH_ENV as JOB_CRASH_ENV
 from tests.offload_process import (
     Workload,
     assert_consistent_after_kill,

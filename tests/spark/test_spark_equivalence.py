@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from logkeeper.cleaner.offload_job import JobRequest
+from logkeeper.cleaner.offload_manifest import SEGMENTS_DIR, Manifest, read_manifest
 from logkeeper.cli import build_parser
 from logkeeper.log.log import Log
 from logkeeper.log.names import SEGMENT_SUFFIXES, segment_file
 from logkeeper.records.builder import ControlType
 from logkeeper.spark.command import plan_from_args
-from logkeeper.spark.manifest import SEGMENTS_DIR, Manifest, read_manifest
 from tests.spark_helpers import (
     HOUR,
     NOW_MS,

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from logkeeper.spark.command import CHUNK_DELAY_ENV, CRASH_ENV
-from logkeeper.spark.manifest import read_manifest
-from logkeeper.spark.progress import read_progress
+from logkeeper.cleaner.offload_manifest import read_manifest
+from logkeeper.cleaner.offload_progress import read_progress
+from logkeeper.spark.faults import CHUNK_DELAY_ENV, CRASH_ENV
 from tests.spark.standalone_cluster import StandaloneCluster
 from tests.spark_helpers import (
     NOW_MS,

@@ -22,6 +22,7 @@ from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.manager import CleanerManager
 from logkeeper.cleaner.offload import CRASH_ENV, Offloader, OffloadStatus, env_crash_hook
 from logkeeper.cleaner.offload_job import JobRequest, OffloadError, SubprocessRunner, command_from_setting
+from logkeeper.cleaner.offload_manifest import MANIFEST, SEGMENTS_DIR, read_manifest, write_manifest
 from logkeeper.cleaner.selection import LogToClean, cleanable_offsets
 from logkeeper.cleaner.staging import STAGING_DIR_NAME
 from logkeeper.cleaner.states import Paused
@@ -30,7 +31,6 @@ from logkeeper.log.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpoint
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.spark.command import plan_from_args
-from logkeeper.spark.manifest import MANIFEST, SEGMENTS_DIR, read_manifest, write_manifest
 from tests.cleaner_logs import append_kvs, read_log
 from tests.spark_helpers import (
     NOW_MS,
@@ -521,7 +521,7 @@ def test_external_runner_waits_for_the_job_someone_else_runs(built: Path, tmp_pa
 
 def test_external_runner_takes_the_jobs_failure_and_times_out(built: Path, tmp_path: Path) -> None:
     from logkeeper.cleaner.offload_job import ExternalRunner
-    from logkeeper.spark.manifest import write_failure
+    from logkeeper.cleaner.offload_manifest import write_failure
 
     before = files_of(built)  # closed, as the log will be when compared
     s = make_setup(copy_log_dir(built, tmp_path / "a"), 11)

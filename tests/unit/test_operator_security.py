@@ -110,5 +110,5 @@ def test_a_401_says_how_to_repair_the_token_secret(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sidecar_client.urllib.request, "urlopen", urlopen)
     with pytest.raises(SidecarError) as e:
         SidecarClient("http://10.0.0.1:8080", "tok").status()
-    assert e.value.status == 401 and "this request needs the token" in e.value.message
-    assert "-token" in e.value.message and "delete it" in e.value.message
+    assert e.value.status == 401 and "this request needs the token" in str(e.value)
+    assert "-token" in str(e.value) and "delete it" in str(e.value)

@@ -13,12 +13,12 @@ import pytest
 
 from logkeeper.cleaner.exact import ExactDecisions, sorted_unique
 from logkeeper.cleaner.grouping import group_segments_by_size
+from logkeeper.cleaner.offload_manifest import Manifest, ManifestError, read_manifest, write_manifest
 from logkeeper.cli import build_parser
 from logkeeper.cli import main as cli_main
 from logkeeper.log.names import TopicPartition
 from logkeeper.spark import command as spark_command
 from logkeeper.spark.extract import extract_keys
-from logkeeper.spark.manifest import Manifest, ManifestError, read_manifest, write_manifest
 from logkeeper.spark.plan import CLEAN, DIRTY, MIN_OFFSET, Offsets, PlanError, plan_compaction
 from tests.cleaner_logs import TxnProducer, append_kvs, read_log
 from tests.spark_helpers import (

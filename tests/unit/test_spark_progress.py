@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from logkeeper.cleaner.offload import OffloadStatus
+from logkeeper.cleaner.offload_manifest import read_failure, read_failure_doc, write_failure
+from logkeeper.cleaner.offload_progress import PROGRESS, Progress, read_progress, write_progress
 from logkeeper.spark.command import absolute_paths, one_line
-from logkeeper.spark.manifest import read_failure, read_failure_doc, write_failure
-from logkeeper.spark.progress import PROGRESS, Progress, read_progress, write_progress
 from logkeeper.spark.resources import GIB, MAX_TASK_HEAP, derived_conf
 
 

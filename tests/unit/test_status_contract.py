@@ -20,13 +20,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from logkeeper.cleaner.backlog import Backlog
 from logkeeper.cleaner.offload import OffloadStatus
+from logkeeper.cleaner.offload_progress import Progress, SparkStage, write_progress
 from logkeeper.log.names import TopicPartition
 from logkeeper.server.auth import TokenFile
 from logkeeper.server.config import config_from_document
 from logkeeper.server.http_api import Api, build_app
 from logkeeper.server.service import Sidecar
 from logkeeper.server.status_schema import STATUS_TYPES, CleanerStatus, PartitionStatus, Status
-from logkeeper.spark.progress import Progress, SparkStage, write_progress
 from logkeeper.typed_schema import schema_of
 from logkeeper_operator.crdgen import all_crds
 from logkeeper_operator.status import PodState, build_status
@@ -157,7 +157,7 @@ def test_the_contract_schema_rejects_a_changed_answer(answers: dict[str, Any]) -
 
 def test_a_hand_off_answers_its_contract(answers: dict[str, Any], tmp_path: Path) -> None:
     """A partition's ``offload`` (cleaner/offload.py) as /v1/status serves it: idle; running, with
-    the job's progress.json as the driver writes it (spark/progress.py; a key this version does
+    the job's progress.json as the driver writes it (cleaner/offload_progress.py; a key this version does
     not know is left out) and the previous attempt's verdict; done. Typed where it is made, its
     schema is generated like the rest (it was a hand-written component that missed ``progress``)."""
     components = answers["openapi"]["components"]["schemas"]

@@ -18,7 +18,7 @@ kill a sidecar process at each one with LOGKEEPER_OFFLOAD_CRASH_AT=<step>):
    settings and now; a fresh staging directory ``<staging root>/<tp>/<attempt>``.
 2. ``job-finished``: the job ran (offload_job.py: ``logkeeper spark-compact`` in a subprocess
    in a session of its own, bounded by log.cleaner.offload.timeout.ms) and exited 0, and its
-   manifest (spark/manifest.py) reads.
+   manifest (cleaner/offload_manifest.py) reads.
 3. ``validated``: the manifest is for tp and the round asked (offsets, now, settings); its end
    offset is not beyond the log's first uncleanable offset now; its inputs are exactly the log's
    segments below its end offset, each with the size and whole-file CRC-32C the job read; its
@@ -54,7 +54,7 @@ error reading the staged files (another file system) only fails the hand-off (in
 Status (``status()``; /v1/status shows it per partition as ``offload``): state (``running``,
 ``swapping``, ``done``, ``failed``), attempt, staging directory, the job's arguments, started and
 finished times, reason, consecutive failures, next retry, the last result's figures, and while
-the job runs its ``progress`` (spark/progress.py: stage, tasks_done/tasks_total, bytes_done/
+the job runs its ``progress`` (cleaner/offload_progress.py: stage, tasks_done/tasks_total, bytes_done/
 bytes_total, bytes_written, spark_ui, spark_stages, updated_ms; {} otherwise).
 """
 
@@ -75,14 +75,14 @@ from ..fileio import CrashHook, fsync_dir, no_crash
 from ..log.log import Log
 from ..log.names import CLEANED_SUFFIX, TopicPartition
 from ..log.segment import LogSegment
-from ..spark.manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
-from ..spark.progress import OffloadProgress, read_progress
-from ..spark.rewrite import file_crc32c
+from ..records.batch import file_crc32c
 from ..typed_schema import Doc
 from .config import CleanerConfig
 from .install import install_staged
 from .manager import CleanerManager, LogsProvider
 from .offload_job import JobRequest, JobRunner, OffloadError, runner_from_config
+from .offload_manifest import SEGMENTS_DIR, Manifest, ManifestError, read_manifest
+from .offload_progress import OffloadProgress, read_progress
 from .selection import LogToClean, cleanable_offsets, max_compaction_delay
 from .staging import remove_leftovers, staging_root
 from .states import Paused
@@ -137,7 +137,7 @@ class Offload(TypedDict):
     retry_at_ms: int
     result: Annotated[dict[str, Any], Doc("The job's figures (manifest.json's stats) once it succeeded")]
     previous: Annotated[OffloadVerdict, Doc("The verdict of the partition's attempt before this one, if any")]
-    progress: Annotated[OffloadProgress, Doc("The job's progress.json while it runs (spark/progress.py)")]
+    progress: Annotated[OffloadProgress, Doc("The job's progress.json while it runs (cleaner/offload_progress.py)")]
 
 
 @dataclass
@@ -161,7 +161,7 @@ class OffloadStatus:
                 "started_ms": self.started_ms, "finished_ms": self.finished_ms, "reason": self.reason,
                 "failures": self.failures, "retry_at_ms": self.retry_at_ms, "result": dict(self.result),
                 "previous": OffloadVerdict(**self.previous),
-                # the job's own progress document while it runs (spark/progress.py), read from the
+                # the job's own progress document while it runs (cleaner/offload_progress.py), read from the
                 # staging directory at each status request: any runner's job writes it there
                 "progress": read_progress(self.staging) if self.state in ("running", "waiting-for-job") else {}}
 
@@ -438,9 +438,8 @@ class Offloader:
                 placed.append(target)
                 install_staged(source, target)
         fsync_dir(log.dir)
-        c = log.config
-        return [LogSegment(log.dir, out.base_offset, index_interval_bytes=c.index_interval_bytes,
-                           max_index_size=c.max_index_size, clock_ms=log.now_ms, temp_suffix=CLEANED_SUFFIX)
+        return [LogSegment.for_config(log.dir, out.base_offset, log.config, clock_ms=log.now_ms,
+                                      temp_suffix=CLEANED_SUFFIX)
                 for out in manifest.outputs]
 
     # ------------------------------------------------------------------ thread

@@ -27,7 +27,7 @@ session (and so a process group) of its own, its standard output and error go to
   kills its workers and exits when the JVM's pipe closes.
 
 The run succeeds when the job exits 0; otherwise ``OffloadError`` carries the reason the job
-left in ``failure.json`` (spark/manifest.py), else the last line of its output.
+left in ``failure.json`` (cleaner/offload_manifest.py), else the last line of its output.
 
 ``ExternalRunner`` (``log.cleaner.offload.runner: external``) starts nothing: someone else runs
 the same arguments (on Kubernetes, the operator's CompactionJob, which reads them from the
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..log.names import TopicPartition
-from ..spark.manifest import MANIFEST, read_failure
+from .offload_manifest import MANIFEST, read_failure
 
 _LOG = logging.getLogger("logkeeper.cleaner.offload")
 

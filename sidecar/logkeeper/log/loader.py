@@ -74,24 +74,21 @@ class LoadedLog:
 SegmentFactory = Callable[..., LogSegment]
 
 
+@dataclass
 class LogLoader:
-    def __init__(self, directory: Path, config: LogConfig, *, log_start_offset: int,
-                 recovery_point: int, had_clean_shutdown: bool, clock_ms: Callable[[], int],
-                 jitter_ms: int = 0) -> None:
-        self.dir = Path(directory)
-        self.config = config
-        self.log_start_offset = log_start_offset
-        self.recovery_point = recovery_point
-        self.had_clean_shutdown = had_clean_shutdown
-        self.clock_ms = clock_ms
-        self.jitter_ms = jitter_ms
-        self.report = LoadReport()
-        self.segments = LogSegments()
+    dir: Path
+    config: LogConfig
+    log_start_offset: int
+    recovery_point: int
+    had_clean_shutdown: bool
+    clock_ms: Callable[[], int]
+    jitter_ms: int = 0
+    report: LoadReport = field(default_factory=LoadReport)
+    segments: LogSegments = field(default_factory=LogSegments)
 
     def open_segment(self, base_offset: int, temp_suffix: str = "") -> LogSegment:
-        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=self.config.max_index_size, rolling_jitter_ms=self.jitter_ms,
-                          clock_ms=self.clock_ms, temp_suffix=temp_suffix)
+        return LogSegment.for_config(self.dir, base_offset, self.config, rolling_jitter_ms=self.jitter_ms,
+                                     clock_ms=self.clock_ms, temp_suffix=temp_suffix)
 
     # ------------------------------------------------------------------ passes
     def load(self) -> LoadedLog:

@@ -132,10 +132,9 @@ class Log:
         return first.base_offset if first is not None else 0
 
     def _new_segment(self, base_offset: int, temp_suffix: str = "", max_index_size: int | None = None) -> LogSegment:
-        return LogSegment(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=max_index_size or self.config.max_index_size,
-                          rolling_jitter_ms=self._jitter_ms,
-                          clock_ms=self._clock, temp_suffix=temp_suffix)
+        return LogSegment.for_config(self.dir, base_offset, self.config, max_index_size=max_index_size,
+                                     rolling_jitter_ms=self._jitter_ms, clock_ms=self._clock,
+                                     temp_suffix=temp_suffix)
 
     @property
     def active_segment(self) -> LogSegment:

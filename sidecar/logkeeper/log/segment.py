@@ -30,6 +30,7 @@ from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
 from .file_records import FileRecords, LogOffsetPosition
 from .index_plan import IndexPlan, IndexState, plan_index_entries
+from .log_config import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,18 @@ class RecoveryResult(NamedTuple):
 
 
 class LogSegment:
+    @classmethod
+    def for_config(cls, directory: Path, base_offset: int, config: LogConfig, *,
+                   max_index_size: int | None = None, rolling_jitter_ms: int = 0,
+                   clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                   temp_suffix: str = "", writable: bool = True) -> LogSegment:
+        """A segment indexed as the log's config says: the one way the log, its loader, the
+        cleaner's offload and the Spark job open segments, so an index setting cannot be missed."""
+        return cls(directory, base_offset, index_interval_bytes=config.index_interval_bytes,
+                   max_index_size=max_index_size or config.max_index_size,
+                   rolling_jitter_ms=rolling_jitter_ms, clock_ms=clock_ms, temp_suffix=temp_suffix,
+                   writable=writable)
+
     def __init__(
         self,
         directory: Path,

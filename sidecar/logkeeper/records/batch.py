@@ -5,8 +5,11 @@ The layout (offsets, sizes, attribute bits) is batch_format.py's.
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from enum import IntEnum
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -39,6 +42,21 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     import crc32c as package
 
     return int(package.crc32c(data))
+
+
+def file_crc32c(path: Path) -> tuple[int, int]:
+    """(size, CRC-32C) of a whole file."""
+    crc = 0
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size:
+            with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+                view = memoryview(mm)
+                try:
+                    crc = crc32c(view)
+                finally:
+                    view.release()
+    return size, crc
 
 
 class BatchHeader(NamedTuple):

@@ -15,7 +15,7 @@ round's figures and Kafka's stats line (cleaning.py);
 ``backlog`` whether the cleaner marked it as more keys than one offset map holds (backlog.py),
 with the estimate in ``backlog_detail``; ``offload`` its hand-off to the Spark job when it had one
 (cleaner/offload.py: state, attempt, staging, job_args, reason, failures, retry_at_ms, result,
-the previous attempt's verdict, and while the job runs its progress: spark/progress.py).
+the previous attempt's verdict, and while the job runs its progress: cleaner/offload_progress.py).
 Every partition entry has ``state`` "online". The partitions the manager knows but cannot serve
 (their directory is offline, or they have a copy in two directories) are listed apart in
 ``offline_partitions``: {topic, partition, state "offline", log_dir, paths, error}.

@@ -7,7 +7,7 @@ typed_schema.schema_of), and the operator reads it through the same types
 from the operator's own typed dicts (logkeeper_operator/status.py, crdgen.py).
 tests/unit/test_status_contract.py checks a real sidecar's answer against the generated schemas
 and the operator's parser. A partition's ``offload`` is typed where it is made: the hand-off by
-cleaner/offload.py, the Spark job's progress by spark/progress.py.
+cleaner/offload.py, the Spark job's progress by cleaner/offload_progress.py.
 """
 
 from __future__ import annotations

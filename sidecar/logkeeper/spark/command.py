@@ -11,21 +11,11 @@ failure (``<staging>/failure.json`` holds the reason, one line on stdout too); 2
 arguments, a --log-dir that is not a log dir, or a missing spark extra (the line says what to
 install), with nothing written. pyspark is imported only when the job runs.
 
-Crash points for tests, LOGKEEPER_SPARK_CRASH_AT=<step>: ``planned`` (the plan made, nothing
-written), ``written`` (every cleaned segment staged, no manifest yet), ``manifest`` (the manifest
-written, the process not yet exited) make the driver exit as a SIGKILL would; ``group-written``
-(one group's segment staged, in a Spark worker) SIGKILLs every process of the job: driver, JVM
-and workers (a lost node, the OOM killer). The workers are not in the driver's process group
-(pyspark's daemon makes its own), so the driver, when it leads a session of its own (as the
-sidecar starts it), passes its session id to them in LOGKEEPER_SPARK_JOB_SESSION; without it a
-worker kills only its own group and the job fails with Spark's error instead.
-``group-written-raise`` makes that worker raise instead (the task fails; failure.json then
-holds the worker's traceback and the stage ``rewrite``). LOGKEEPER_SPARK_CHUNK_DELAY_MS=<ms>
-slows each chunk of the keys stage (tests that kill an executor mid-stage).
+Crash and failure points for tests: faults.py.
 
 Paths: --log-dir and --staging are made absolute against the current directory before anything
 else (executors on a cluster run in other directories). Progress: ``<staging>/progress.json``
-(progress.py), failure: ``<staging>/failure.json`` with the reason, the stage and the traceback.
+(cleaner/offload_progress.py), failure: ``<staging>/failure.json`` with the reason, the stage and the traceback.
 """
 
 from __future__ import annotations
@@ -35,7 +25,6 @@ import importlib.util
 import logging
 import os
 import re
-import signal
 import sys
 import time
 import traceback
@@ -44,67 +33,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import InvalidConfigError, UsageError
 from ..log_dir_rule import require_log_dir
+from .faults import mark_job_session, maybe_crash
 
 if TYPE_CHECKING:
     from .plan import CompactionPlan
 
 _LOG = logging.getLogger("logkeeper.spark")
-CRASH_ENV = "LOGKEEPER_SPARK_CRASH_AT"
-JOB_SESSION_ENV = "LOGKEEPER_SPARK_JOB_SESSION"
-CHUNK_DELAY_ENV = "LOGKEEPER_SPARK_CHUNK_DELAY_MS"
-
-
-def maybe_crash(step: str) -> None:
-    """Die as a SIGKILL would right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it (crash tests)."""
-    if os.environ.get(CRASH_ENV) == step:
-        sys.stderr.write(f"spark-compact: killed after step {step} ({CRASH_ENV})\n")
-        sys.stderr.flush()
-        os._exit(137)
-
-
-def maybe_kill_group(step: str) -> None:
-    """In a Spark worker: SIGKILL every process of the job (the process groups of the session
-    LOGKEEPER_SPARK_JOB_SESSION names, when this worker is in it; then this worker's own group)
-    right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names it (crash tests)."""
-    if os.environ.get(CRASH_ENV) != step:
-        return
-    sys.stderr.write(f"spark-compact: job killed after step {step} ({CRASH_ENV})\n")
-    sys.stderr.flush()
-    session = int(os.environ.get(JOB_SESSION_ENV) or 0)
-    if session and os.getsid(0) == session:
-        from ..cleaner.offload_job import session_groups
-
-        for group in session_groups(session) - {os.getpgrp()}:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
-def maybe_fail_task(step: str) -> None:
-    """In a Spark worker: raise right after ``step`` when LOGKEEPER_SPARK_CRASH_AT names
-    ``<step>-raise`` (failure tests: the task fails, Spark retries it, the job fails with the
-    worker's traceback inside Spark's error)."""
-    if os.environ.get(CRASH_ENV) == f"{step}-raise":
-        raise RuntimeError(f"spark-compact: task failed after step {step} ({CRASH_ENV})")
-
-
-def maybe_delay_chunk() -> None:
-    """In a Spark worker: sleep LOGKEEPER_SPARK_CHUNK_DELAY_MS after reading a chunk (tests that
-    kill an executor while the keys stage runs need the stage to last)."""
-    delay = int(os.environ.get(CHUNK_DELAY_ENV) or 0)
-    if delay > 0:
-        time.sleep(delay / 1000.0)
-
-
-def _mark_job_session() -> None:
-    """Under a crash test, tell the workers (through the environment the JVM passes on) the
-    job's session, when the driver leads one of its own."""
-    if os.environ.get(CRASH_ENV) and os.getsid(0) == os.getpid():
-        os.environ[JOB_SESSION_ENV] = str(os.getpid())
-
-
 SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
 
 
@@ -184,9 +118,9 @@ def one_line(e: BaseException) -> str:
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from .manifest import write_failure
+    from ..cleaner.offload_manifest import write_failure
+    from ..cleaner.offload_progress import DONE, STARTING, Progress, write_progress
     from .plan import PlanError
-    from .progress import DONE, STARTING, Progress, write_progress
 
     out = out if out is not None else sys.stdout  # looked up now: a default bound at import goes stale
 
@@ -220,7 +154,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
         progress.stage = STARTING
         write_progress(staging, progress)
-        _mark_job_session()
+        mark_job_session()
         spark = spark_session(args.master, conf, read_bytes=plan.dirty_bytes + plan.clean_bytes)
         try:
             manifest = run_job(spark, plan, staging, progress)

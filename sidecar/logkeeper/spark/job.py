@@ -22,7 +22,7 @@ One exact round over a partition's dirty section, in three stages:
    grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned``
    segment into ``<staging>/segments/`` with the in-process cleaner's filter (rewrite.py) and
    returns its files' sizes and CRCs. The driver writes ``<staging>/manifest.json`` last
-   (manifest.py).
+   (cleaner/offload_manifest.py).
 
 Session: ``--master`` (default ``local[*]``, unless the job runs under spark-submit, which sets
 the master); PYSPARK_PYTHON is this interpreter (set before the session starts: the
@@ -31,9 +31,9 @@ for local masters; ``spark.sql.shuffle.partitions`` (the keys aggregate's) = 3 x
 parallelism; the UI on (port 4040) and memory from the round's bytes unless ``--conf`` says
 otherwise (resources.py); with a k8s:// master in the operator's Job, the driver's pod IP and name
 and the executors' pod template (on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
-read and written), written by the driver to ``<staging>/progress.json`` every second (progress.py).
+read and written), written by the driver to ``<staging>/progress.json`` every second (cleaner/offload_progress.py).
 
-For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (command.py
+For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (faults.py
 lists them). The command line is command.py.
 """
 
@@ -56,13 +56,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..cleaner.exact import ExactDecisions
-from .command import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
+from ..cleaner.offload_manifest import SEGMENTS_DIR, InputSegment, Manifest, StagedFile, write_manifest
+from ..cleaner.offload_progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
 from .extract import extract_keys
-from .manifest import SEGMENTS_DIR, InputSegment, Manifest, StagedFile, write_manifest
+from .faults import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
 from .on_k8s import driver_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
-from .progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
 from .resources import derived_conf
 from .rewrite import GroupOutput, build_manifest, rewrite_group
 
@@ -105,7 +105,7 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
 
 
 class _Reporter:
-    """The driver's progress.json writer (progress.py): the job's own units from accumulators the
+    """The driver's progress.json writer (cleaner/offload_progress.py): the job's own units from accumulators the
     tasks add to (merged in the driver as each task succeeds), Spark's stages from its status
     tracker, once a second on a daemon thread and at every stage change."""
 

@@ -71,8 +71,7 @@ class PlanError(Exception):
 
 def open_segment(partition_dir: Path, base_offset: int, config: LogConfig) -> LogSegment:
     """A segment opened read-only (its files are neither created, trimmed nor changed)."""
-    return LogSegment(partition_dir, base_offset, index_interval_bytes=config.index_interval_bytes,
-                      max_index_size=config.max_index_size, writable=False)
+    return LogSegment.for_config(partition_dir, base_offset, config, writable=False)
 
 
 class PartitionSnapshot:
@@ -99,15 +98,10 @@ class PartitionSnapshot:
         except BaseException:
             self.close()
             raise
-        if len(self.segments) == 0:
-            raise PlanError(f"{self.dir} has no segment")
-
-    @property
-    def active_segment(self) -> LogSegment:
         last = self.segments.last
         if last is None:
             raise PlanError(f"{self.dir} has no segment")
-        return last
+        self.active_segment: LogSegment = last  # a snapshot: its segments do not change
 
     def close(self) -> None:
         for seg in self.segments.values():

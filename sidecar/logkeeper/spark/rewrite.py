@@ -25,7 +25,6 @@ replaces is what was read.
 from __future__ import annotations
 
 import copy
-import mmap
 import os
 import shutil
 import tempfile
@@ -37,32 +36,17 @@ from typing import Any
 from ..cleaner.appender import WindowAppender
 from ..cleaner.exact import ExactDecisions
 from ..cleaner.filter import SegmentFilter
+from ..cleaner.offload_manifest import InputSegment, Manifest, OutputSegment, StagedFile
 from ..cleaner.stats import CleanerStats
 from ..log import names
 from ..log.replace import fsync_dir
 from ..log.segment import LogSegment
-from ..records.batch import crc32c
-from .manifest import InputSegment, Manifest, OutputSegment, StagedFile
+from ..records.batch import file_crc32c
 from .plan import CompactionPlan
 
 
 class StaleInputError(Exception):
     """A source segment changed since the plan was made."""
-
-
-def file_crc32c(path: Path) -> tuple[int, int]:
-    """(size, CRC-32C) of a whole file."""
-    crc = 0
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size:
-            with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
-                view = memoryview(mm)
-                try:
-                    crc = crc32c(view)
-                finally:
-                    view.release()
-    return size, crc
 
 
 @dataclass(frozen=True)
@@ -96,8 +80,7 @@ def rewrite_group(plan: CompactionPlan, group_index: int, decisions: ExactDecisi
                 raise StaleInputError(f"{seg.log.path} is {seg.size_in_bytes} bytes, the plan read "
                                       f"{plan.segments[i].size}: it changed")
         base = sources[0].base_offset
-        cleaned = LogSegment(work, base, index_interval_bytes=config.index_interval_bytes,
-                             max_index_size=config.max_index_size, clock_ms=lambda: plan.now_ms)
+        cleaned = LogSegment.for_config(work, base, config, clock_ms=lambda: plan.now_ms)
         try:
             txns = copy.deepcopy(group.txns)
             stats = CleanerStats()

@@ -9,15 +9,23 @@ spark-submit's unless ``--master`` is among the arguments. Exit status as comman
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import sys
 
 
 def main(argv: list[str]) -> int:
-    from logkeeper.cli import main as cli_main
+    # command.py itself, not the whole command line (cli.py): this file sits in the spark package,
+    # a floor below the CLI (pyproject's import contracts), and the job needs none of the CLI
+    from logkeeper.spark.command import add_arguments
+    from logkeeper.spark.command import main as spark_compact
 
-    args = argv[1:] if argv[:1] == ["spark-compact"] else argv
-    return cli_main(["spark-compact", *args])
+    parser = argparse.ArgumentParser(prog="logkeeper spark-compact")
+    add_arguments(parser)
+    args = parser.parse_args(argv[1:] if argv[:1] == ["spark-compact"] else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return spark_compact(args)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def read_manifest(staging: Path) -> Manifest:
 
 def write_failure(staging: Path, reason: str, stage: str = "", traceback: str = "") -> None:
     """What a failed job leaves for the sidecar (best effort): ``failure.json`` {"reason": one line,
-    "stage": the job's stage that failed (progress.py), "traceback": the driver's whole traceback};
+    "stage": the job's stage that failed (offload_progress.py), "traceback": the driver's whole traceback};
     stage and traceback are left out when empty (a job cancelled from outside has neither)."""
     try:
         doc = {"reason": reason, **({"stage": stage} if stage else {}),

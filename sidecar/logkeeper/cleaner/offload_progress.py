@@ -21,7 +21,7 @@ A stage's units are the job's own (a retried or re-run task is clamped, never co
 the total), not Spark's tasks, whose numbers change with adaptive execution; Spark's are in
 ``spark_stages``.
 
-On failure the driver writes ``<staging>/failure.json`` (manifest.py) with ``reason`` (one line),
+On failure the driver writes ``<staging>/failure.json`` (offload_manifest.py) with ``reason`` (one line),
 ``stage`` (the stage above that was running) and ``traceback`` (the driver's whole traceback; a
 failure in a Spark task carries the worker's Python traceback inside Spark's error).
 """
