@@ -87,7 +87,10 @@ class Progress:
 
 
 def write_progress(staging: Path, progress: Progress) -> None:
-    """Best effort: a full disk or a removed staging directory must not fail the job."""
+    """Best effort: a full disk or a removed staging directory must not fail the job. Renamed
+    into place (a reader never sees half a document) but not fsynced: the file is rewritten every
+    second and only shows progress, so losing it in a crash costs nothing (fileio's
+    replace_file_durably is for files whose loss would)."""
     progress.updated_ms = int(time.time() * 1000)
     path = Path(staging) / PROGRESS
     tmp = path.with_name(PROGRESS + ".tmp")

@@ -26,10 +26,10 @@ import numpy.typing as npt
 from ..aot import kernel
 from ..cleaner.segment_view import SegmentView, record_areas
 from ..log.segment import LogSegment
+from ..records.batch_format import CONTROL_FLAG
 from ..records.scan import walk_error
 from ..records.scan_kernels import ERR_EXTRA_BYTES, ERR_NONE, ERR_TOO_FEW_RECORDS, record_key
 
-CONTROL = 0x20
 WINDOW_BYTES = 16 * 1024 * 1024
 
 
@@ -91,7 +91,7 @@ def extract_keys(segment: LogSegment, start_position: int, end_position: int, lo
         t = view.table
         if t.count == 0:
             return
-        skip_all = (t.attributes & CONTROL) != 0
+        skip_all = (t.attributes & CONTROL_FLAG) != 0
         if skip_positions.size:
             skip_all |= np.isin(t.position, skip_positions)
         for a, b in view.windows(WINDOW_BYTES):

@@ -56,6 +56,7 @@ from ..log.producer_state import ProducerStateManager, control_type_of
 from ..log.segment import LogSegment
 from ..log.segments import LogSegments
 from ..records.batch import BatchHeader
+from ..records.batch_format import TRANSACTIONAL_FLAG
 
 DIRTY = 0
 CLEAN = 1
@@ -118,7 +119,7 @@ class PartitionSnapshot:
         state = ProducerStateManager()
         for seg in self.segments.values():
             table = seg.log.scan()
-            for i in np.flatnonzero(table.attributes & 0x10).tolist():
+            for i in np.flatnonzero(table.attributes & TRANSACTIONAL_FLAG).tolist():
                 raw = seg.log.read(int(table.position[i]), int(table.size[i]))
                 header = BatchHeader.parse(raw)
                 state.on_batch(header, control_type_of(raw, header) if header.is_control else None)
