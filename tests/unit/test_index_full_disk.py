@@ -14,6 +14,7 @@ only blocks it allocated with ``posix_fallocate`` (abstract_index.py). Two kinds
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import signal
 import subprocess
@@ -63,6 +64,48 @@ def test_a_new_index_allocates_its_first_chunk_and_stays_sparse(tmp_path: Path) 
     with OffsetIndex(tmp_path / "a.index", 0, 10 * 1024 * 1024) as idx:
         assert idx.length == 10 * 1024 * 1024 and idx.max_entries == 10 * 1024 * 1024 // 8
         assert ALLOCATION_CHUNK_BYTES <= allocated_bytes(idx.path) < 1024 * 1024
+
+
+def test_a_lazy_index_allocates_only_the_pages_its_entries_reach(tmp_path: Path) -> None:
+    """The cleaner's indexes (lazy_blocks): nothing allocated ahead, so the trim frees no block."""
+    import numpy as np
+
+    page = mmap.PAGESIZE
+    with OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE, lazy_blocks=True) as idx, \
+            TimeIndex(tmp_path / "a.timeindex", 0, MAX_SIZE, lazy_blocks=True) as tidx:
+        assert allocated_bytes(idx.path) == 0 and allocated_bytes(tidx.path) == 0
+        offsets = np.arange(0, 25 * 100, 100, dtype=np.int64)
+        idx.append_many(offsets, offsets * 10)
+        tidx.maybe_append(1000, 0)
+        assert allocated_bytes(idx.path) == page and allocated_bytes(tidx.path) == page
+        more = np.arange(25 * 100, 600 * 100, 100, dtype=np.int64)  # into the second page
+        idx.append_many(more, more * 10)
+        assert allocated_bytes(idx.path) == 2 * page and idx.lookup(10**9) == OffsetPosition(59_900, 599_000)
+    assert idx.path.stat().st_size == 600 * 8 and tidx.path.stat().st_size == 12
+
+
+def test_a_lazy_index_append_with_no_block_raises_and_keeps_the_index(tmp_path: Path,
+                                                                      fallocate: FailingFallocate) -> None:
+    import numpy as np
+
+    idx = OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE, lazy_blocks=True)
+    tidx = TimeIndex(tmp_path / "a.timeindex", 0, MAX_SIZE, lazy_blocks=True)
+    fallocate.armed = True
+    offsets = np.arange(10, dtype=np.int64)
+    with pytest.raises(OSError) as e:
+        idx.append_many(offsets, offsets)
+    assert e.value.errno == fallocate.err and idx.entries == 0
+    with pytest.raises(OSError):
+        idx.append(0, 0)
+    with pytest.raises(OSError):
+        tidx.maybe_append(1000, 0)
+    assert idx.entries == 0 and tidx.entries == 0
+    fallocate.armed = False
+    idx.append_many(offsets, offsets)
+    tidx.maybe_append(1000, 9)
+    assert idx.entry(9) == OffsetPosition(9, 9) and tidx.last_entry == TimestampOffset(1000, 9)
+    idx.close()
+    tidx.close()
 
 
 def test_create_fails_with_the_error_and_leaves_no_file(tmp_path: Path, fallocate: FailingFallocate) -> None:
@@ -243,6 +286,10 @@ CHILD = textwrap.dedent("""
     expect_enospc("create", lambda: OffsetIndex(root / "new.index", 0, size))
     expect_enospc("create-time", lambda: TimeIndex(root / "new.timeindex", 0, size))
     assert not (root / "new.index").exists()
+    lazy = OffsetIndex(root / "lazy.index", 0, size, lazy_blocks=True)  # allocates nothing yet
+    expect_enospc("lazy-append", lambda: lazy.append(0, 0))
+    lazy_time = TimeIndex(root / "lazy.timeindex", 0, size, lazy_blocks=True)
+    expect_enospc("lazy-append-time", lambda: lazy_time.maybe_append(1000, 0))
     expect_enospc("open-untrimmed", lambda: OffsetIndex(root / "untrimmed.index", 0, size))
     ro = OffsetIndex(root / "untrimmed.index", 0, size, writable=False)
     assert ro.entry(0).position == 7 and ro.last_offset == 0  # the hole reads as zeros
@@ -259,4 +306,5 @@ def test_a_full_tmpfs_gives_enospc_not_sigbus(tmp_path: Path) -> None:
         assert done.returncode >= 0, f"killed by {signal.Signals(-done.returncode).name}: {done.stdout}"
         assert done.returncode == 0, done.stderr
         assert done.stdout.split("\n")[:-1] == ["append ENOSPC", "create ENOSPC", "create-time ENOSPC",
+                                                "lazy-append ENOSPC", "lazy-append-time ENOSPC",
                                                 "open-untrimmed ENOSPC", "read-only ok", "done"]

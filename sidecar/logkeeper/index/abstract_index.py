@@ -40,6 +40,10 @@ never covers a hole:
   grows that prefix in ``ALLOCATION_CHUNK_BYTES`` steps before an entry is stored past it
   (``_reserve``). The file itself keeps Kafka's sparse, preallocated length, so ``max_entries``
   and trimming are unchanged and the disk holds at most a chunk more than the entries use.
+  With ``lazy_blocks`` (the cleaner's new segments, written whole and trimmed at once) nothing is
+  allocated at creation and the prefix grows a page at a time: trimming blocks allocated and never
+  written costs a journal commit and, on a disk mounted with ``discard``, a discard; with pages,
+  a trim cuts only holes and the tail of the last written block.
 * A writable index opened on an existing file with holes (an active segment's index left
   untrimmed by a crash) allocates the whole file before mapping it: every slot counts as an
   entry until recovery truncates it, so every slot may be read.
@@ -107,8 +111,13 @@ class AbstractIndex(ABC, Generic[EntryT]):
         base_offset: int,
         max_index_size: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
         writable: bool = True,
+        lazy_blocks: bool = False,
     ) -> None:
         self._lock = threading.RLock()
+        # blocks allocated a chunk at a time, the first at creation; lazily, a page at a time as
+        # entries reach them (module docstring: for an index written at once and trimmed)
+        self._chunk = mmap.PAGESIZE if lazy_blocks else ALLOCATION_CHUNK_BYTES
+        self._lazy = lazy_blocks
         self._path = Path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
@@ -149,7 +158,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
                         raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
                     length = _round_down(self._max_index_size, self.entry_size)
                     f.truncate(length)  # sparse: the blocks are allocated chunk by chunk
-                    allocated = min(length, ALLOCATION_CHUNK_BYTES)
+                    allocated = 0 if self._lazy else min(length, ALLOCATION_CHUNK_BYTES)
                     allocate_blocks(fd, 0, allocated)  # on a full disk, fail here rather than at an append
                 else:
                     length = os.fstat(fd).st_size
@@ -208,7 +217,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
             fd = os.open(self._path, os.O_RDWR)
         try:
             length = os.fstat(fd).st_size
-            target = min(length, _round_up(end, ALLOCATION_CHUNK_BYTES))
+            target = min(length, _round_up(end, self._chunk))
             if target < end:
                 raise ValueError(f"index {self._path} has {length} bytes, {end} are needed")
             allocate_blocks(fd, self._mapped, target)

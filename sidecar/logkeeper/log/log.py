@@ -131,10 +131,9 @@ class Log:
         first = self.segments.first
         return first.base_offset if first is not None else 0
 
-    def _new_segment(self, base_offset: int, temp_suffix: str = "", max_index_size: int | None = None) -> LogSegment:
-        return LogSegment.for_config(self.dir, base_offset, self.config, max_index_size=max_index_size,
-                                     rolling_jitter_ms=self._jitter_ms, clock_ms=self._clock,
-                                     temp_suffix=temp_suffix)
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.for_config(self.dir, base_offset, self.config, rolling_jitter_ms=self._jitter_ms,
+                                     clock_ms=self._clock)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -476,11 +475,16 @@ class Log:
                              sync_renamed=sync_renamed)
 
     def new_cleaned_segment(self, base_offset: int, max_index_size: int | None = None) -> LogSegment:
-        """An empty ``.cleaned`` segment to write a replacement into; its indexes allocated at
-        ``max_index_size`` bytes (the cleaner's bound for its group) or segment.index.bytes."""
+        """An empty ``.cleaned`` segment to write a replacement into; its indexes sized at
+        ``max_index_size`` bytes (the cleaner's bound for its group) or segment.index.bytes, their
+        blocks allocated as entries are written: the cleaner writes them whole and trims them at
+        once, and trimming allocated blocks costs a journal commit and, on a disk mounted with
+        discard, a discard (bench/results/design_figures.md: index, lazy blocks)."""
         for suffix in names.SEGMENT_SUFFIXES:
             names.segment_file(self.dir, base_offset, suffix, names.CLEANED_SUFFIX).unlink(missing_ok=True)
-        return self._new_segment(base_offset, names.CLEANED_SUFFIX, max_index_size)
+        return LogSegment.for_config(self.dir, base_offset, self.config, max_index_size=max_index_size,
+                                     rolling_jitter_ms=self._jitter_ms, clock_ms=self._clock,
+                                     temp_suffix=names.CLEANED_SUFFIX, lazy_index_blocks=True)
 
     # ------------------------------------------------------------------ life cycle
     def _ensure_open(self) -> None:

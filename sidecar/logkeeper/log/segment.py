@@ -67,13 +67,14 @@ class LogSegment:
     def for_config(cls, directory: Path, base_offset: int, config: LogConfig, *,
                    max_index_size: int | None = None, rolling_jitter_ms: int = 0,
                    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                   temp_suffix: str = "", writable: bool = True) -> LogSegment:
+                   temp_suffix: str = "", writable: bool = True,
+                   lazy_index_blocks: bool = False) -> LogSegment:
         """A segment indexed as the log's config says: the one way the log, its loader, the
         cleaner's offload and the Spark job open segments, so an index setting cannot be missed."""
         return cls(directory, base_offset, index_interval_bytes=config.index_interval_bytes,
                    max_index_size=max_index_size or config.max_index_size,
                    rolling_jitter_ms=rolling_jitter_ms, clock_ms=clock_ms, temp_suffix=temp_suffix,
-                   writable=writable)
+                   writable=writable, lazy_index_blocks=lazy_index_blocks)
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class LogSegment:
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         temp_suffix: str = "",
         writable: bool = True,
+        lazy_index_blocks: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.base_offset = base_offset
@@ -102,10 +104,10 @@ class LogSegment:
         try:
             self.offset_index = OffsetIndex(
                 names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
-                max_index_size, writable)
+                max_index_size, writable, lazy_index_blocks)
             self.time_index = TimeIndex(
                 names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix), base_offset,
-                max_index_size, writable)
+                max_index_size, writable, lazy_index_blocks)
             self.txn_index = TransactionIndex(
                 names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
         except BaseException:

@@ -80,7 +80,7 @@ def rewrite_group(plan: CompactionPlan, group_index: int, decisions: ExactDecisi
                 raise StaleInputError(f"{seg.log.path} is {seg.size_in_bytes} bytes, the plan read "
                                       f"{plan.segments[i].size}: it changed")
         base = sources[0].base_offset
-        cleaned = LogSegment.for_config(work, base, config, clock_ms=lambda: plan.now_ms)
+        cleaned = LogSegment.for_config(work, base, config, clock_ms=lambda: plan.now_ms, lazy_index_blocks=True)
         try:
             txns = copy.deepcopy(group.txns)
             stats = CleanerStats()
