@@ -130,9 +130,9 @@ class AbstractIndex(ABC, Generic[EntryT]):
         self._length = 0  # the file's length
         self._mapped = 0  # bytes mapped from the start of the file; a writable index has them allocated
         self._max_entries = 0
-        created = self._open_and_map()
+        self.created = self._open_and_map()  # the file did not exist: this index made it
         # A new file has no entries; an existing file is taken as full of valid entries.
-        self._entries = 0 if created else self._max_entries
+        self._entries = 0 if self.created else self._max_entries
         self._refresh_last_entry()
 
     # ----------------------------------------------------------------------------------------

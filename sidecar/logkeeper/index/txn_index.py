@@ -47,7 +47,7 @@ class TransactionIndex:
         self._path = Path(path)
         self.base_offset = base_offset
         self._lock = threading.Lock()
-        self._entries: list[AbortedTxn] = self._read() if self._path.exists() else []
+        self._entries: list[AbortedTxn] = self._read()
 
     @property
     def path(self) -> Path:
@@ -58,7 +58,10 @@ class TransactionIndex:
         return list(self._entries)
 
     def _read(self) -> list[AbortedTxn]:
-        data = self._path.read_bytes()
+        try:
+            data = self._path.read_bytes()
+        except FileNotFoundError:  # no transaction was ever aborted in this segment
+            return []
         if len(data) % ENTRY_SIZE:
             raise CorruptIndexError(
                 f"transaction index {self._path} has {len(data)} bytes, not a multiple of {ENTRY_SIZE}"

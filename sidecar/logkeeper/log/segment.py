@@ -97,10 +97,6 @@ class LogSegment:
         self._clock_ms = clock_ms
         d = self.directory
         self.log = FileRecords(names.log_file(d, base_offset, temp_suffix), writable=writable)
-        self.time_index_was_missing = not names.segment_file(
-            d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix).exists()
-        self.offset_index_was_missing = not names.segment_file(
-            d, base_offset, names.INDEX_SUFFIX, temp_suffix).exists()
         try:
             self.offset_index = OffsetIndex(
                 names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
@@ -110,6 +106,9 @@ class LogSegment:
                 max_index_size, writable, lazy_index_blocks)
             self.txn_index = TransactionIndex(
                 names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
+            # a missing index was created empty just now (sanity_check: rebuild it)
+            self.offset_index_was_missing = self.offset_index.created
+            self.time_index_was_missing = self.time_index.created
         except BaseException:
             # e.g. ENOSPC allocating an index on a full disk: release what was opened (the map and
             # descriptors would pin the files of a directory that is going offline)
