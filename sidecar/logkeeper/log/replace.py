@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..fileio import CrashHook
-from ..fileio import fsync_dir as fsync_dir  # also spark/rewrite.py's import (issue 21: take it from fileio)
+from ..fileio import CrashHook, fsync_dir
 from .names import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from .segment import LogSegment
 from .segments import LogSegments

@@ -38,8 +38,8 @@ from ..cleaner.exact import ExactDecisions
 from ..cleaner.filter import SegmentFilter
 from ..cleaner.offload_manifest import InputSegment, Manifest, OutputSegment, StagedFile
 from ..cleaner.stats import CleanerStats
+from ..fileio import fsync_dir
 from ..log import names
-from ..log.replace import fsync_dir
 from ..log.segment import LogSegment
 from ..records.batch import file_crc32c
 from .plan import CompactionPlan
