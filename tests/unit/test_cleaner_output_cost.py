@@ -5,25 +5,29 @@ the old segments intact), the producers' last records read once a round."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from logkeeper.cleaner import cleaner as cleaner_module
 from logkeeper.cleaner.appender import INLINE_GROUP_BYTES, InlineAppender, WindowAppender, appender_for
+from logkeeper.cleaner.clean_command import ReplacedFiles
 from logkeeper.cleaner.cleaner import Cleaner, cleaned_index_bound
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
+from logkeeper.log.names import TopicPartition
 from tests.cleaner_logs import append_kvs, read_log
 
 START_MS = 1_700_000_000_000
 CONFIG = LogConfig.from_props({"segment.bytes": 4096, "index.interval.bytes": 64, "cleanup.policy": "compact"})
 
 
-def build(path: Path) -> Log:
-    log = Log(path, CONFIG, clock_ms=lambda: START_MS)
+def build(path: Path, clock_ms: Callable[[], int] = lambda: START_MS) -> Log:
+    log = Log(path, CONFIG, clock_ms=clock_ms)
     i = 0
     while len(log.segments) < 12:
         append_kvs(log, [(b"k%d" % (i % 7), b"v%06d" % i)], timestamp=START_MS + i)
@@ -257,20 +261,35 @@ def test_renames_of_step_4_lost_in_a_crash_are_completed_on_load(tmp_path: Path,
     again.close()
 
 
-def test_replaced_files_go_while_the_command_still_runs(tmp_path: Path) -> None:
-    """`logkeeper clean` removes replaced segments during its rounds, not all after them."""
-    import time
+def _replaced(log: Log) -> list[Path]:
+    return [p for p in log.dir.iterdir() if p.name.endswith(".deleted")]
 
-    from logkeeper.cleaner.clean_command import ReplacedFiles
-    from logkeeper.log.names import TopicPartition
 
-    log = build(tmp_path / "t-0")
+def test_replaced_files_wait_for_their_delay_while_the_command_runs(tmp_path: Path) -> None:
+    """`logkeeper clean` keeps file.delete.delay.ms during its rounds (an unlink there slows the
+    round's file creations) and removes what is due while it still runs."""
+    now = [START_MS]
+    log = build(tmp_path / "t-0", clock_ms=lambda: now[0])
     sweeper = ReplacedFiles({TopicPartition("t", 0): log})
     sweeper.remove()
     clean(log)  # leaves its old segments renamed .deleted
+    time.sleep(3 * ReplacedFiles.SWEEP_INTERVAL_S)  # three sweeps, with the clock stopped
+    assert _replaced(log)
+    now[0] += CONFIG.file_delete_delay_ms
     deadline = time.monotonic() + 10
-    while any(p.name.endswith(".deleted") for p in log.dir.iterdir()) and time.monotonic() < deadline:
+    while _replaced(log) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in log.dir.iterdir() if p.name.endswith(".deleted")]
+    assert not _replaced(log)
     sweeper.wait()
+    log.close()
+
+
+def test_replaced_files_all_go_when_the_command_ends(tmp_path: Path) -> None:
+    log = build(tmp_path / "t-0")
+    sweeper = ReplacedFiles({TopicPartition("t", 0): log})
+    sweeper.remove()
+    clean(log)
+    assert _replaced(log)
+    sweeper.wait()
+    assert not _replaced(log)
     log.close()
