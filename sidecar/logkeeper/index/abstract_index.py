@@ -42,8 +42,8 @@ never covers a hole:
   and trimming are unchanged and the disk holds at most a chunk more than the entries use.
   With ``lazy_blocks`` (the cleaner's new segments, written whole and trimmed at once) nothing is
   allocated at creation and the prefix grows a page at a time: trimming blocks allocated and never
-  written costs a journal commit and, on a disk mounted with ``discard``, a discard; with pages,
-  a trim cuts only holes and the tail of the last written block.
+  written frees them (on a disk mounted with ``discard``, discards them too); with pages, a trim
+  cuts only holes and the tail of the last written block.
 * A writable index opened on an existing file with holes (an active segment's index left
   untrimmed by a crash) allocates the whole file before mapping it: every slot counts as an
   entry until recovery truncates it, so every slot may be read.

@@ -478,8 +478,8 @@ class Log:
         """An empty ``.cleaned`` segment to write a replacement into; its indexes sized at
         ``max_index_size`` bytes (the cleaner's bound for its group) or segment.index.bytes, their
         blocks allocated as entries are written: the cleaner writes them whole and trims them at
-        once, and trimming allocated blocks costs a journal commit and, on a disk mounted with
-        discard, a discard (bench/results/design_figures.md: index, lazy blocks)."""
+        once, and trimming allocated blocks frees them (on a disk mounted with discard, discards
+        them too: bench/results/design_figures.md, index, lazy blocks)."""
         for suffix in names.SEGMENT_SUFFIXES:
             names.segment_file(self.dir, base_offset, suffix, names.CLEANED_SUFFIX).unlink(missing_ok=True)
         return LogSegment.for_config(self.dir, base_offset, self.config, max_index_size=max_index_size,
