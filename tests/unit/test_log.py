@@ -251,6 +251,32 @@ def test_all_pending_files_deleted_now_whatever_the_delay(tmp_path: Path) -> Non
     log.close()
 
 
+def test_due_files_unlinked_in_parallel_all_tried_when_one_fails(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from logkeeper.log import log as log_module
+    from logkeeper.log.segment import LogSegment
+
+    count = log_module.UNLINK_THREADS + 4  # more than the threads: the parallel path
+    log, _ = log_of_batches(tmp_path, count + 1, 1, props={"file.delete.delay.ms": 60_000}, clock=ManualClock())
+    log.maybe_increment_log_start_offset(count * 5)
+    log.delete_segments_below_start()
+    replaced = sorted(p for p in log.dir.iterdir() if p.name.endswith(".log.deleted"))
+    assert len(replaced) == count
+    failing = replaced[1].name
+    real = LogSegment.delete_if_exists
+
+    def delete(segment: LogSegment) -> None:
+        if segment.log.path.name == failing:
+            raise OSError(5, "Input/output error", failing)
+        real(segment)
+
+    monkeypatch.setattr(LogSegment, "delete_if_exists", delete)
+    with pytest.raises(OSError, match="Input/output error"):
+        log.delete_expired_files(all_now=True)
+    assert [p.name for p in log.dir.iterdir() if p.name.endswith(".log.deleted")] == [failing]
+    log.close()
+
+
 def test_aborted_transaction_goes_to_txn_index_and_lso(tmp_path: Path) -> None:
     log = make_log(tmp_path)
     log.append(batch(2))
