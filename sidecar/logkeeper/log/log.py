@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +41,7 @@ from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offse
 from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
+from .pending_deletes import PendingDeletes, unlink_segments
 from .producer_state import ProducerStateManager, rebuild_producer_state
 from .replace import replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
@@ -64,12 +64,6 @@ def wall_clock_ms() -> int:
 # builds it from the tuple of all its fields, much faster
 # (bench/results/design_figures.md: log, LogAppendInfo)
 _new_tuple = tuple.__new__
-
-# Due segments are unlinked by this many threads when more are due: most of an unlink's time is
-# freeing the file's pages and blocks, after the directory's lock is released (and on a disk
-# mounted with discard, waiting for the device), so unlinks overlap well
-# (bench/results/cleaner_output.md: parallel unlinks)
-UNLINK_THREADS = 4
 
 
 class Log:
@@ -103,7 +97,7 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = clock_ms()
         self.producer_state = ProducerStateManager()
-        self._pending_deletes: list[tuple[int, list[LogSegment]]] = []
+        self._pending_deletes = PendingDeletes(clock_ms)
         self.closed = False
         # Entries of the partition directory (segment files created, renamed, deleted) are only
         # durable once the directory itself is fsynced: a segment whose data was fsynced but
@@ -445,40 +439,21 @@ class Log:
             self._schedule_delete(list(doomed))
 
     def _schedule_delete(self, doomed: list[LogSegment]) -> None:
-        delay = self.config.file_delete_delay_ms
-        if delay <= 0:
-            for segment in doomed:
-                segment.delete_if_exists()
-        else:
-            self._pending_deletes.append((self._clock() + delay, doomed))
+        self._pending_deletes.schedule(doomed, self.config.file_delete_delay_ms)
 
     def delete_expired_files(self, *, all_now: bool = False) -> int:
         """Remove ``.deleted`` segments whose delay has passed (every one with ``all_now``: a
         process with no readers to wait for, ``logkeeper clean``); return how many."""
-        due_by = float("inf") if all_now else self._clock()
-        with self._lock:
-            due = [item for item in self._pending_deletes if item[0] <= due_by]
-            self._pending_deletes = [item for item in self._pending_deletes if item[0] > due_by]
-        doomed = [segment for _when, segments in due for segment in segments]
-        if len(doomed) > UNLINK_THREADS:
-            with ThreadPoolExecutor(UNLINK_THREADS, thread_name_prefix="unlink") as pool:
-                done = [pool.submit(segment.delete_if_exists) for segment in doomed]
-            # every unlink was tried (the pool waited for all: map would cancel the rest at an error)
-            errors = [e for e in (f.exception() for f in done) if e is not None]
-            if errors:
-                raise errors[0]
-        else:
-            for segment in doomed:
-                segment.delete_if_exists()
-        count = len(doomed)
-        if count:
+        doomed = self._pending_deletes.take_due(all_now=all_now)
+        unlink_segments(doomed)
+        if doomed:
             # one fsync for the batch of unlinks (Kafka deletes without one; an unlink undone
             # by a power cut leaves a .deleted file, which the next load removes)
             try:
                 fsync_dir(self.dir)
             except FileNotFoundError:
                 pass  # the log itself was deleted meanwhile (its directory renamed -delete)
-        return count
+        return len(doomed)
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment],
                          crash_hook: CrashHook | None = None, sync_renamed: bool = True) -> None:
@@ -515,29 +490,23 @@ class Log:
             active = self.segments.last
             for segment in self.segments.values():
                 segment.close(sync=sync_indexes and segment is active)
-            for segment in self._segments_pending_delete():
+            for segment in self._pending_deletes.segments():
                 segment.close_handlers()
             self.closed = True
 
     def close_handlers(self) -> None:
         """Release the files without writing anything (its log directory failed)."""
         with self._lock:
-            for segment in [*self.segments.values(), *self._segments_pending_delete()]:
+            for segment in [*self.segments.values(), *self._pending_deletes.segments()]:
                 segment.close_handlers()
             self.closed = True
-
-    def _segments_pending_delete(self) -> list[LogSegment]:
-        """The segments already out of the log whose files wait for file.delete.delay.ms: closing
-        or deleting the log releases or removes them too."""
-        return [segment for _when, segments in self._pending_deletes for segment in segments]
 
     def delete(self) -> None:
         """Remove every file of the log and its directory."""
         with self._lock:
             self.close()
-            for segment in [*self.segments.values(), *self._segments_pending_delete()]:
+            for segment in [*self.segments.values(), *self._pending_deletes.take_due(all_now=True)]:
                 segment.delete_if_exists()
-            self._pending_deletes = []
             for path in self.dir.iterdir():
                 path.unlink()
             self.dir.rmdir()
