@@ -20,13 +20,24 @@ bytes or the new ones, never a mix or nothing:
 
 ``first_hole``, ``allocate_blocks``: where a sparse file's first hole is, and disk blocks behind a
 range of it (the indexes map only allocated blocks).
+
+``call_each``: one file call on each of many files, overlapped on a few threads.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Threads for ``call_each``: its calls mostly wait (for the device, or for the kernel freeing a
+# file's pages and blocks outside the directory's lock), so a few overlap well on any core count
+# (bench/results/cleaner_output.md: parallel unlinks, parallel syncs)
+FILE_CALL_THREADS = 4
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int, written: int = 0) -> None:
@@ -96,3 +107,23 @@ def replace_file_durably(path: Path | str, data: bytes | bytearray | memoryview,
     os.replace(tmp, path)
     on_step("renamed")
     fsync_dir(path.parent)
+
+
+def call_each(fn: Callable[[T], object], items: Sequence[T], threads: int = FILE_CALL_THREADS) -> None:
+    """``fn(item)`` for every item (the unlinks or fsyncs of many files), on up to ``threads``
+    threads. Every call is made, even after one fails; the first error, in ``items``' order, is
+    raised when all are done."""
+    if len(items) <= 1 or threads <= 1:
+        errors: list[BaseException] = []
+        for item in items:
+            try:
+                fn(item)
+            except Exception as e:  # raised below, after the others
+                errors.append(e)
+    else:
+        with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="file-calls") as pool:
+            done = [pool.submit(fn, item) for item in items]
+        # the pool waited for every call (Executor.map would cancel the rest at the first error)
+        errors = [e for e in (f.exception() for f in done) if e is not None]
+    if errors:
+        raise errors[0]

@@ -78,3 +78,25 @@ def test_a_crash_at_any_step_leaves_the_old_or_the_new_bytes(tmp_path: Path, ste
     fileio.replace_file_durably(target, b"newer")  # a stray temporary file is truncated and reused
     assert target.read_bytes() == b"newer"
     assert not (tmp_path / ("marker" + fileio.TMP_SUFFIX)).exists()
+
+
+@pytest.mark.parametrize("threads", [1, fileio.FILE_CALL_THREADS])
+def test_call_each_makes_every_call_and_raises_the_first_error(threads: int) -> None:
+    made: list[int] = []
+
+    def call(item: int) -> None:
+        made.append(item)
+        if item in (3, 7):
+            raise OSError(5, f"failed {item}")
+
+    items = list(range(10))
+    with pytest.raises(OSError, match="failed 3"):
+        fileio.call_each(call, items, threads)
+    assert sorted(made) == items
+
+
+def test_call_each_of_nothing_or_one() -> None:
+    made: list[int] = []
+    fileio.call_each(made.append, [])
+    fileio.call_each(made.append, [1])
+    assert made == [1]

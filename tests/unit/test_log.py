@@ -253,10 +253,10 @@ def test_all_pending_files_deleted_now_whatever_the_delay(tmp_path: Path) -> Non
 
 def test_due_files_unlinked_in_parallel_all_tried_when_one_fails(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from logkeeper.log.pending_deletes import UNLINK_THREADS
+    from logkeeper.fileio import FILE_CALL_THREADS
     from logkeeper.log.segment import LogSegment
 
-    count = UNLINK_THREADS + 4  # more than the threads: the parallel path
+    count = FILE_CALL_THREADS + 4  # more than the threads: the parallel path
     log, _ = log_of_batches(tmp_path, count + 1, 1, props={"file.delete.delay.ms": 60_000}, clock=ManualClock())
     log.maybe_increment_log_start_offset(count * 5)
     log.delete_segments_below_start()

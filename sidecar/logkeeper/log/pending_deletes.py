@@ -9,31 +9,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+from ..fileio import call_each
 
 if TYPE_CHECKING:
     from .segment import LogSegment
 
-# Due segments are unlinked by this many threads when more are due: most of an unlink's time is
-# freeing the file's pages and blocks, after the directory's lock is released (and on a disk
-# mounted with discard, waiting for the device), so unlinks overlap well
-# (bench/results/cleaner_output.md: parallel unlinks)
-UNLINK_THREADS = 4
-
 
 def unlink_segments(doomed: Sequence[LogSegment]) -> None:
-    """Delete the files of every segment; every one is tried, and the first error is raised."""
-    if len(doomed) <= UNLINK_THREADS:
-        for segment in doomed:
-            segment.delete_if_exists()
-        return
-    with ThreadPoolExecutor(UNLINK_THREADS, thread_name_prefix="unlink") as pool:
-        done = [pool.submit(segment.delete_if_exists) for segment in doomed]
-    # the pool waited for all (Executor.map would cancel the rest at the first error)
-    errors = [e for e in (f.exception() for f in done) if e is not None]
-    if errors:
-        raise errors[0]
+    """Delete the files of every segment, overlapped (``call_each``: every one is tried, the
+    first error is raised)."""
+    call_each(lambda segment: segment.delete_if_exists(), doomed)
 
 
 class PendingDeletes:
