@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 # Threads for ``call_each``: its calls mostly wait (for the device, or for the kernel freeing a
 # file's pages and blocks outside the directory's lock), so a few overlap well on any core count
-# (bench/results/cleaner_output.md: parallel unlinks, parallel syncs)
+# (bench/results/cleaner_output.md: parallel unlinks)
 FILE_CALL_THREADS = 4
 
 
@@ -110,7 +110,7 @@ def replace_file_durably(path: Path | str, data: bytes | bytearray | memoryview,
 
 
 def call_each(fn: Callable[[T], object], items: Sequence[T], threads: int = FILE_CALL_THREADS) -> None:
-    """``fn(item)`` for every item (the unlinks or fsyncs of many files), on up to ``threads``
+    """``fn(item)`` for every item (the unlinks of many files), on up to ``threads``
     threads. Every call is made, even after one fails; the first error, in ``items``' order, is
     raised when all are done."""
     if len(items) <= 1 or threads <= 1:
