@@ -102,7 +102,7 @@ class ReplacedFiles:
     unlink during a round holds the directory's lock against the round's file creations, and on
     ext4 without a journal every inode freed in the last minute lengthens the scan each later
     creation makes for a free one: removing files as they were replaced made a round of 1 MiB
-    segments about a sixth slower (bench/results/cleaner_output.md). With the delay a short
+    segments take about 30% longer (bench/results/cleaner_output.md). With the delay a short
     round runs free of unlinks, and a long one still frees its replaced bytes as it goes, as a
     broker does. ``--config file.delete.delay.ms=0`` removes them as soon as they are replaced."""
 

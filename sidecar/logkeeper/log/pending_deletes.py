@@ -32,7 +32,7 @@ class PendingDeletes:
         self._waiting: list[tuple[int, list[LogSegment]]] = []
 
     def schedule(self, doomed: list[LogSegment], delay_ms: int) -> None:
-        """Unlink ``doomed`` after ``delay_ms`` (now, on this thread, when it is not positive)."""
+        """Unlink ``doomed`` after ``delay_ms`` (before returning, when it is not positive)."""
         if delay_ms <= 0:
             unlink_segments(doomed)
             return
