@@ -505,8 +505,7 @@ class Log:
         """Remove every file of the log and its directory."""
         with self._lock:
             self.close()
-            for segment in [*self.segments.values(), *self._pending_deletes.take_due(all_now=True)]:
-                segment.delete_if_exists()
+            unlink_segments([*self.segments.values(), *self._pending_deletes.take_due(all_now=True)])
             for path in self.dir.iterdir():
                 path.unlink()
             self.dir.rmdir()
