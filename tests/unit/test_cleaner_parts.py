@@ -118,6 +118,56 @@ def test_offset_map_grows_within_its_bound() -> None:
     assert m.utilization == pytest.approx(50_000 / 1_000_000)
 
 
+def test_a_warmed_offset_map_takes_its_table_in_full_mode_and_drops_it_otherwise() -> None:
+    """``warm`` makes the full table ahead (touched on its own thread); a full-mode ``prepare``
+    uses that very table, cleared; a growing one drops it and allocates its small table."""
+    m = SipHashOffsetMap(24 * 100_000)
+    m.warm()
+    m.warm()  # a second call while warming changes nothing
+    m._warming.join()  # type: ignore[union-attr]
+    warmed = m._warm
+    assert warmed is not None and warmed.shape == (m.capacity_slots, 3)
+    m.prepare(1 << 40)
+    table = m.views()[0]
+    assert table is warmed and m._warm is None
+    assert (table[:, 2] == -1).all()
+    m.put(b"k", 7)
+    assert (m.get(b"k"), m.size) == (7, 1)
+
+    m.warm()
+    m.prepare(1_000)  # growing: the warmed table is released, not kept beside the small one
+    assert m.views()[0].shape[0] < m.capacity_slots and m._warm is None and m._warming is None
+    m.put(b"k", 9)
+    assert m.get(b"k") == 9
+
+
+def test_logkeeper_clean_warms_the_map_only_for_a_log_as_large_as_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from logkeeper.cleaner.clean_command import _segment_bytes, run_clean
+    from logkeeper.log.log import Log
+    from logkeeper.log.log_config import LogConfig
+    from tests.cleaner_logs import append_kvs
+
+    warmed: list[int] = []
+    monkeypatch.setattr(SipHashOffsetMap, "warm", lambda self: warmed.append(self.capacity_slots))
+    for d in ("small-map", "large-map"):
+        log = Log(tmp_path / d / "t-0", LogConfig.from_props({"segment.bytes": 2048, "cleanup.policy": "compact"}))
+        for i in range(200):
+            append_kvs(log, [(b"k%d" % (i % 5), b"v" * 40)])
+        log.flush()
+        log.close()
+    size = _segment_bytes(tmp_path / "large-map")
+    assert size > 10_000
+    large = str(24 * (size // 24 + 1))  # one slot more than the log's bytes
+    assert run_clean(tmp_path / "large-map", {"log.cleaner.dedupe.buffer.size": large}, io.StringIO(), lambda: 0) == 0
+    assert warmed == []
+    small = str(24 * (size // 24))
+    assert run_clean(tmp_path / "small-map", {"log.cleaner.dedupe.buffer.size": small}, io.StringIO(), lambda: 0) == 0
+    assert warmed == [size // 24]
+
+
 def test_offset_map_updates_and_latest_offset() -> None:
     m = SipHashOffsetMap(slots=8)
     m.put(b"a", 1)

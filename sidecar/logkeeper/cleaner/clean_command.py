@@ -27,6 +27,7 @@ clean; 1 when some partition failed (its line names the error; the others are st
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,12 +38,13 @@ from ..log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPO
 from ..log.log import Log
 from ..log.log_config import TOPIC_SETTINGS, LogConfig
 from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, ManagerConfig
-from ..log.names import DELETED_SUFFIX, PartitionDirName, TopicPartition
+from ..log.names import DELETED_SUFFIX, LOG_SUFFIX, PartitionDirName, TopicPartition
 from ..log_dir_rule import require_log_dir
 from .backlog import Backlog
 from .clean_report import Tally, why_not_cleaned
 from .config import CLEANER_SETTINGS, CleanerConfig
 from .log_cleaner import LogCleaner
+from .offset_map import BYTES_PER_SLOT
 from .stats import CleanerStats
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -139,6 +141,17 @@ class ReplacedFiles:
             self._thread = None
 
 
+def _segment_bytes(log_dir: Path) -> int:
+    """The bytes of the partitions' segment files, from their directory entries."""
+    total = 0
+    with os.scandir(log_dir) as parts:
+        for part in parts:
+            if part.is_dir():
+                with os.scandir(part.path) as entries:
+                    total += sum(e.stat().st_size for e in entries if e.name.endswith(LOG_SUFFIX))
+    return total
+
+
 def close_logs(log_dir: Path, logs: Mapping[TopicPartition, Log]) -> None:
     for log in logs.values():
         log.flush()
@@ -166,24 +179,29 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
     log_dir = Path(log_dir)
     require_log_dir(log_dir, "clean")
     cleaner_config, topic_config = split_overrides(overrides)
-    logs = open_logs(log_dir, topic_config, clock_ms)
     failed: dict[TopicPartition, str] = {}
     backlogs: dict[TopicPartition, Backlog] = {}
     tallies: dict[TopicPartition, Tally] = {}
+
+    def print_stats(text: str) -> None:
+        out.write(text)
+
+    def count_round(tp: TopicPartition, _start: int, _end: int, stats: CleanerStats, _id: int) -> None:
+        tallies.setdefault(tp, Tally()).add(stats)
+        if round_sink is not None:
+            round_sink(tp, stats)
+
+    # the worker (and its offset map) first: the map's table is made while the logs open
+    cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
+                         message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
+    worker = cleaner.new_worker(0)
+    offset_map = worker.cleaner.offset_map
+    if _segment_bytes(log_dir) >= offset_map.capacity_slots * BYTES_PER_SLOT:
+        offset_map.warm()  # a log smaller than the map is unlikely to need the full table
+    logs = open_logs(log_dir, topic_config, clock_ms)
     replaced = ReplacedFiles(logs)
     replaced.remove()  # sweeps during the rounds
     try:
-        def print_stats(text: str) -> None:
-            out.write(text)
-
-        def count_round(tp: TopicPartition, _start: int, _end: int, stats: CleanerStats, _id: int) -> None:
-            tallies.setdefault(tp, Tally()).add(stats)
-            if round_sink is not None:
-                round_sink(tp, stats)
-
-        cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
-                             message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
-        worker = cleaner.new_worker(0)
         for _ in range(MAX_ROUNDS):
             cleaned = worker.try_clean_filthiest_log()
             failure = worker.last_failure

@@ -36,6 +36,15 @@ table).
 
 A fresh random SipHash secret is drawn on every ``clear``.
 
+Warming. The first touch of a fresh full-capacity table (the ``EMPTY`` fill of ``clear``) is
+most of a one-shot process's map cost: page faults over ``capacity_slots * 24`` bytes, which on
+some hosts (a VM backing guest memory on first use, transparent huge pages compacted on demand)
+take far longer than the fill itself (bench/results/cleaner_output.md: offset map, warmed
+table). Kafka pays it once, when a cleaner thread allocates its buffer, outside every round.
+``warm`` does the same on a background thread: it makes the full table while the caller does
+other work (``logkeeper clean`` opens its logs); ``prepare`` waits for it, and takes it when the
+round is in full mode (dropping it otherwise).
+
 The map owns its layout and its hash: other kernels (map_kernel, filter_kernels, the backlog
 sketch) reach the table only through this module's kernel helpers (``map_hash``, ``map_get``,
 ``map_put``, ``prefetch_home``, ``mark_superseded``, ``superseded_bit``), and are handed the map
@@ -66,6 +75,7 @@ dirty offset, at most one byte a slot of capacity (1/24 of the map's memory), si
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -127,6 +137,9 @@ class OffsetMap(Protocol):
         """The last offset put or forwarded with ``update_latest_offset``; -1 when cleared."""
 
     def clear(self) -> None: ...
+
+    def warm(self) -> None:
+        """Start making the full-capacity table in the background (a hint: ``prepare`` uses it)."""
 
     def prepare(self, max_new_keys: int, first_offset: int = 0, end_offset: int = 0) -> None:
         """Clear, sized for a round of at most ``max_new_keys`` keys over [first_offset, end_offset)."""
@@ -270,7 +283,23 @@ class SipHashOffsetMap:
         self._state = fresh_state()
         self._state["max_entries"] = int(capacity * load_factor)
         self._limit = capacity
+        self._warming: threading.Thread | None = None
+        self._warm: Table | None = None  # a full-capacity table made (touched) by ``warm``
         self.prepare(0)
+
+    def warm(self) -> None:
+        """Make the full-capacity table on a background thread (module docstring: warming);
+        the next ``prepare`` waits for it. The fill runs without the GIL (numpy releases it)."""
+        if self._warming is not None or self._warm is not None:
+            return
+
+        def make() -> None:
+            table = np.empty((self._capacity, 3), dtype=np.int64)
+            table[:, 2] = EMPTY  # touches every page
+            self._warm = table
+
+        self._warming = threading.Thread(target=make, name="offset-map-warm", daemon=True)
+        self._warming.start()
 
     # ---------------------------------------------------------------- sizing
     @property
@@ -310,8 +339,15 @@ class SipHashOffsetMap:
         else:
             self._limit = min(self._capacity, max(_MIN_SLOTS, 1 << (needed - 1).bit_length()))
             slots = min(self._limit, _MIN_SLOTS)
-        if self._table.shape[0] != slots:
-            self._table = np.empty((0, 3), dtype=np.int64)  # release before allocating
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+        warm, self._warm = self._warm, None
+        if warm is not None and slots == self._capacity and self._table.shape[0] != slots:
+            self._table = warm
+        elif self._table.shape[0] != slots:
+            warm = None  # released before allocating
+            self._table = np.empty((0, 3), dtype=np.int64)
             self._table = np.empty((slots, 3), dtype=np.int64)
         nbytes = min((max(0, end_offset - first_offset) + 7) // 8, self._capacity)
         self._superseded = np.zeros(nbytes, dtype=np.uint8) if nbytes else _NO_BITS

@@ -68,7 +68,7 @@ import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, ClassVar, Generic, Self, TypeVar
+from typing import ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -139,25 +139,27 @@ class AbstractIndex(ABC, Generic[EntryT]):
     # Opening and mapping
     # ----------------------------------------------------------------------------------------
     def _open_and_map(self) -> bool:
-        """Open (creating and preallocating a missing file when writable) and map; True if created."""
+        """Open (creating and preallocating a missing file when writable) and map; True if created.
+
+        Raw descriptors rather than ``open()``: a buffered file object costs an isatty probe and
+        several seeks per open, and a cleaned segment opens each of its indexes three times
+        (create, first entries, trim)."""
         created = False
-        f: BinaryIO
         if self._writable:
             try:
-                f = open(self._path, "x+b")  # noqa: SIM115 - closed below
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
                 created = True
             except FileExistsError:
-                f = open(self._path, "r+b")  # noqa: SIM115
+                fd = os.open(self._path, os.O_RDWR)
         else:
-            f = open(self._path, "rb")  # noqa: SIM115 - a missing file raises FileNotFoundError
-        with f:
-            fd = f.fileno()
+            fd = os.open(self._path, os.O_RDONLY)  # a missing file raises FileNotFoundError
+        try:
             try:
                 if created:
                     if self._max_index_size < self.entry_size:
                         raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
                     length = _round_down(self._max_index_size, self.entry_size)
-                    f.truncate(length)  # sparse: the blocks are allocated chunk by chunk
+                    os.ftruncate(fd, length)  # sparse: the blocks are allocated chunk by chunk
                     allocated = 0 if self._lazy else min(length, ALLOCATION_CHUNK_BYTES)
                     allocate_blocks(fd, 0, allocated)  # on a full disk, fail here rather than at an append
                 else:
@@ -172,20 +174,28 @@ class AbstractIndex(ABC, Generic[EntryT]):
             except BaseException:
                 self._closed = True
                 if created:  # a half-made file would be taken as full of entries next time
-                    f.close()
+                    os.close(fd)
+                    fd = -1
                     self._path.unlink(missing_ok=True)
                 raise
-            self._map(fd, allocated)
+            self._map(fd, allocated, length)
+        finally:
+            if fd >= 0:
+                os.close(fd)
         return created
 
-    def _map(self, fd: int, allocated: int) -> None:
-        """Map the first ``allocated`` bytes of the file (at most its length), which must have blocks.
+    def _map(self, fd: int, allocated: int, length: int | None = None) -> None:
+        """Map the first ``allocated`` bytes of the file (at most its ``length``, read from the
+        file when not given), which must have blocks.
 
         mmap cannot map 0 bytes, so an index with nothing allocated has no map.
         """
         try:
             # a read-only copy is the file as it was read (a writer may trim it meanwhile)
-            length = os.fstat(fd).st_size if self._copy is None else len(self._copy)
+            if self._copy is not None:
+                length = len(self._copy)
+            elif length is None:
+                length = os.fstat(fd).st_size
             mapped = min(allocated, length)
             access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(fd, mapped, access=access) if mapped > 0 else None
@@ -222,7 +232,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
                 raise ValueError(f"index {self._path} has {length} bytes, {end} are needed")
             allocate_blocks(fd, self._mapped, target)
             self._unmap()
-            self._map(fd, target)
+            self._map(fd, target, length)
         finally:
             if own:
                 os.close(fd)
@@ -384,16 +394,22 @@ class AbstractIndex(ABC, Generic[EntryT]):
                     f"cannot resize index {self._path} to {rounded} bytes: its {self._entries} entries "
                     f"use {self.size_in_bytes} bytes"
                 )
-            with open(self._path, "r+b") as f:
+            fd = os.open(self._path, os.O_RDWR)
+            try:
                 # Unmap before cutting the file: touching a mapped page past EOF raises SIGBUS.
                 # What stays allocated is the mapped prefix (a shrink may cut it); a grown tail is
                 # a hole, allocated by ``_reserve`` when entries reach it.
                 allocated = self._mapped
                 self._unmap()
+                cut = False
                 try:
-                    f.truncate(rounded)
+                    os.ftruncate(fd, rounded)
+                    cut = True
                 finally:
-                    self._map(f.fileno(), allocated)  # the file's length now, whether or not truncate succeeded
+                    # the file's length now, whether or not truncate succeeded
+                    self._map(fd, allocated, rounded if cut else None)
+            finally:
+                os.close(fd)
             self._refresh_last_entry()
             return True
 
