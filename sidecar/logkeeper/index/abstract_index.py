@@ -268,7 +268,8 @@ class AbstractIndex(ABC, Generic[EntryT]):
         """The n-th entry (0-based); IndexError outside ``0..entries-1``."""
         with self._lock:
             self._buffer()
-            self._check_entry_slot(n)
+            if n < 0 or n >= self._entries:
+                raise IndexError(f"entry {n} requested from index {self._path}, which has {self._entries} entries")
             return self._parse(n)
 
     def truncate_to(self, offset: int) -> None:
@@ -338,10 +339,6 @@ class AbstractIndex(ABC, Generic[EntryT]):
         return self._max_index_size
 
     @property
-    def writable(self) -> bool:
-        return self._writable
-
-    @property
     def entries(self) -> int:
         return self._entries
 
@@ -368,9 +365,6 @@ class AbstractIndex(ABC, Generic[EntryT]):
         if relative < 0 or relative > INT32_MAX:
             raise IndexOffsetOverflowError(offset, self._base_offset, str(self._path))
         return relative
-
-    def can_append_offset(self, offset: int) -> bool:
-        return 0 <= offset - self._base_offset <= INT32_MAX
 
     # ----------------------------------------------------------------------------------------
     # File operations
@@ -495,12 +489,6 @@ class AbstractIndex(ABC, Generic[EntryT]):
     def _set_entries(self, entries: int) -> None:
         self._entries = entries
         self._refresh_last_entry()
-
-    def _check_entry_slot(self, n: int) -> None:
-        if n < 0 or n >= self._entries:
-            raise IndexError(
-                f"entry {n} requested from index {self._path}, which has {self._entries} entries"
-            )
 
     def _search(self, target: int, field: struct.Struct, field_offset: int, upper: bool) -> int:
         """search.py's bisect over one field of the entries (``upper``: a slot of an entry >=
