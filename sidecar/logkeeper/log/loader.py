@@ -102,13 +102,12 @@ class LogLoader:
         active.resize_indexes(self.config.max_index_size)
         return LoadedLog(self.segments, self.log_start_offset, recovery_point, next_offset, self.report)
 
-    def _files(self) -> list[Path]:
-        # scandir's entries know their type from the directory listing: no stat per file (a log of
-        # a few segments has a score of files, and a startup loads every log). Sorted as strings:
-        # comparing Paths re-parses them.
+    def _files(self) -> list[str]:
+        """The directory's file names, sorted. scandir's entries know their type from the listing:
+        no stat per file (a startup loads every log); names, not Paths, because a Path costs a
+        parse each, and most files of a large log are only looked at by name."""
         with os.scandir(self.dir) as entries:
-            paths = sorted(e.path for e in entries if e.is_file())
-        return [Path(p) for p in paths]
+            return sorted(e.name for e in entries if e.is_file())
 
     def _delete(self, path: Path, why: str) -> None:
         log.info("deleting %s (%s)", path, why)
@@ -118,14 +117,13 @@ class LogLoader:
     def _remove_temp_files_and_collect_swaps(self) -> list[Path]:
         cleaned: list[Path] = []
         swaps: list[Path] = []
-        for path in self._files():
-            name = path.name
+        for name in self._files():
             if name.endswith(names.DELETED_SUFFIX):
-                self._delete(path, "left from a deletion")
+                self._delete(self.dir / name, "left from a deletion")
             elif name.endswith(names.CLEANED_SUFFIX):
-                cleaned.append(path)
+                cleaned.append(self.dir / name)
             elif name.endswith(names.SWAP_SUFFIX):
-                swaps.append(path)
+                swaps.append(self.dir / name)
         min_cleaned = min((names.offset_from_file_name(p.name) for p in cleaned), default=None)
         valid_swaps = []
         for path in swaps:
@@ -151,46 +149,45 @@ class LogLoader:
             finally:
                 seg.close_handlers()
         if lo is not None and hi is not None:
-            for path in self._files():
-                if path.name.endswith(names.SWAP_SUFFIX):
+            for name in self._files():
+                if name.endswith(names.SWAP_SUFFIX):
                     continue
                 try:
-                    offset = names.offset_from_file_name(path.name)
+                    offset = names.offset_from_file_name(name)
                 except ValueError:
                     continue
                 if lo <= offset < hi:
-                    self._delete(path, "replaced by a completed swap")
-        for path in self._files():
-            if path.name.endswith(names.SWAP_SUFFIX):
-                target = path.with_name(names.strip_temp_suffix(path.name))
-                path.rename(target)
-                self.report.renamed_swaps.append(target.name)
+                    self._delete(self.dir / name, "replaced by a completed swap")
+        for name in self._files():
+            if name.endswith(names.SWAP_SUFFIX):
+                target = names.strip_temp_suffix(name)
+                (self.dir / name).rename(self.dir / target)
+                self.report.renamed_swaps.append(target)
         fsync_dir(self.dir)
 
     def _load_segments(self) -> None:
         files = self._files()
-        present = {p.name for p in files}
-        for path in files:
-            name = path.name
+        present = set(files)
+        for name in files:
             if name.endswith(names.INDEX_SUFFIXES):
                 try:
                     offset = names.offset_from_file_name(name)
                 except ValueError:
                     continue
-                if names.log_file(self.dir, offset).name not in present:
-                    self._delete(path, "orphan index file with no .log")
+                if names.filename_prefix(offset) + names.LOG_SUFFIX not in present:
+                    self._delete(self.dir / name, "orphan index file with no .log")
             elif name.endswith(names.LOG_SUFFIX):
                 try:
                     offset = names.offset_from_file_name(name)
                 except ValueError:
-                    log.warning("ignoring %s: not a segment file name", path)
+                    log.warning("ignoring %s: not a segment file name", self.dir / name)
                     continue
                 seg = self.open_segment(offset)
                 self.segments.add(seg)
                 try:
                     seg.sanity_check()
                 except (FileNotFoundError, CorruptIndexError) as e:
-                    log.warning("rebuilding indexes of %s: %s", path, e)
+                    log.warning("rebuilding indexes of %s: %s", self.dir / name, e)
                     self._recover_segment(seg)
                     self.report.rebuilt_indexes.append(name)
 
