@@ -142,13 +142,17 @@ class ReplacedFiles:
 
 
 def _segment_bytes(log_dir: Path) -> int:
-    """The bytes of the partitions' segment files, from their directory entries."""
+    """The bytes of the partitions' segment files, from their directory entries: a hint, so a
+    directory it cannot read counts 0 (opening the logs reports it, naming the file)."""
     total = 0
     with os.scandir(log_dir) as parts:
         for part in parts:
-            if part.is_dir():
-                with os.scandir(part.path) as entries:
-                    total += sum(e.stat().st_size for e in entries if e.name.endswith(LOG_SUFFIX))
+            try:
+                if part.is_dir():
+                    with os.scandir(part.path) as entries:
+                        total += sum(e.stat().st_size for e in entries if e.name.endswith(LOG_SUFFIX))
+            except OSError:
+                continue
     return total
 
 

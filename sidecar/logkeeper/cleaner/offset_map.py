@@ -39,11 +39,11 @@ A fresh random SipHash secret is drawn on every ``clear``.
 Warming. The first touch of a fresh full-capacity table (the ``EMPTY`` fill of ``clear``) is
 most of a one-shot process's map cost: page faults over ``capacity_slots * 24`` bytes, which on
 some hosts (a VM backing guest memory on first use, transparent huge pages compacted on demand)
-take far longer than the fill itself (bench/results/cleaner_output.md: offset map, warmed
-table). Kafka pays it once, when a cleaner thread allocates its buffer, outside every round.
-``warm`` does the same on a background thread: it makes the full table while the caller does
-other work (``logkeeper clean`` opens its logs); ``prepare`` waits for it, and takes it when the
-round is in full mode (dropping it otherwise).
+take far longer than the fill itself (bench/results/cleaner_output.md: the offset map's table
+made while the logs open). Kafka pays it once, when a cleaner thread allocates its buffer,
+outside every round. ``warm`` does the same on a background thread: it makes the full table
+while the caller does other work (``logkeeper clean`` opens its logs); ``prepare`` waits for it,
+and takes it when the round is in full mode (dropping it otherwise).
 
 The map owns its layout and its hash: other kernels (map_kernel, filter_kernels, the backlog
 sketch) reach the table only through this module's kernel helpers (``map_hash``, ``map_get``,
@@ -294,8 +294,11 @@ class SipHashOffsetMap:
             return
 
         def make() -> None:
-            table = np.empty((self._capacity, 3), dtype=np.int64)
-            table[:, 2] = EMPTY  # touches every page
+            try:
+                table = np.empty((self._capacity, 3), dtype=np.int64)
+                table[:, 2] = EMPTY  # touches every page
+            except MemoryError:
+                return  # a hint only: prepare allocates (and reports) the table itself
             self._warm = table
 
         self._warming = threading.Thread(target=make, name="offset-map-warm", daemon=True)
