@@ -43,7 +43,7 @@ from pathlib import Path
 import crc32c
 import numpy as np
 from numba import njit
-from side_by_side import command_and_date, machine
+from side_by_side import command_and_date, kernels_line, machine
 
 from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
 from logkeeper.cleaner.offset_map import BYTES_PER_SLOT, SipHashOffsetMap
@@ -320,11 +320,7 @@ def main() -> None:
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         speed_after = host_speed()
         startup_s = best([timed_startup() for _ in range(5)])
-        probe = "from logkeeper import aot; print(aot.mode(), getattr(aot._compiled, '__name__', ''))"
-        kernels_mode, _, module = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                                                 text=True).stdout.strip().partition(" ")
-        kernels = {"aot": f"compiled ahead of time ({module}; no numba in the process)",
-                   "jit": "numba's JIT (LOGKEEPER_KERNELS=jit or no compiled module)"}.get(kernels_mode, kernels_mode)
+        kernels = kernels_line()
         m = SipHashOffsetMap(128 * 1024 * 1024)
         m.prepare(1 << 30)
         per_slot = m.memory_bytes / m.views()[0].shape[0]

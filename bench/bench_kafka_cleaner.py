@@ -42,7 +42,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 from bench_cleaner import TS, finish_log_dir, segment_bytes  # noqa: E402
-from side_by_side import commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
+from side_by_side import (  # noqa: E402
+    commit,
+    kernels_line,
+    machine_line,
+    parse_bench_args,
+    side_by_side_line,
+    svg_bars,
+)
 
 from logkeeper.log.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT  # noqa: E402
 from logkeeper.log.names import TopicPartition  # noqa: E402
@@ -158,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=int, default=1_000_000)
     args, command = parse_bench_args(ap, "bench_kafka_cleaner.py", argv)
     dist = fetch_kafka()
+    kernels = kernels_line()  # before the runs: what `logkeeper clean` will load
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-cleaner-", dir=os.environ.get("TMPDIR")))
     rows = []
     lines = []
@@ -205,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         "100-byte values, 100-500 records a batch, uncompressed, no tombstones) re-cut into segments of at most "
         "segment.bytes; both cleaners clean all of it in one round (min.cleanable.dirty.ratio 0.01)",
         "- logkeeper: `logkeeper clean DIR --config min.cleanable.dirty.ratio=0.01 --config segment.bytes=S` "
-        "on a copy of the same files (synced first); figure from its stats line, and the whole process",
+        "on a copy of the same files (synced first); figure from its stats line, and the whole process; "
+        f"kernels: {kernels}",
         "",
         "![ratios](kafka_cleaner.svg)",
         "",

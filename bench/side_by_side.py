@@ -83,6 +83,17 @@ def machine_line() -> str:
     return f"{cpu}, {os.cpu_count()} cores; Linux {platform.release()}; Python {platform.python_version()}; {java}"
 
 
+def kernels_line() -> str:
+    """Which kernels a fresh ``logkeeper`` process runs: the compiled module, or numba's JIT (a
+    stale or missing module: its source stamp covers the kernel modules, so an edit to one makes
+    the figures a JIT run's until ``make compile``)."""
+    probe = "from logkeeper import aot; print(aot.mode(), getattr(aot._compiled, '__name__', ''))"
+    mode, _, module = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                                     text=True).stdout.strip().partition(" ")
+    return {"aot": f"compiled ahead of time ({module}; no numba in the process)",
+            "jit": "numba's JIT (LOGKEEPER_KERNELS=jit, or the compiled module missing or stale)"}.get(mode, mode)
+
+
 def svg_bars(title: str, bars: list[tuple[str, float]], *, target: float | None = None) -> str:
     """Horizontal bars of ``(label, ratio)``, a line at 1x (parity) and at ``target``."""
     width, left, row, top = 760, 260, 22, 40
