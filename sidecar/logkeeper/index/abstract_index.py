@@ -395,13 +395,12 @@ class AbstractIndex(ABC, Generic[EntryT]):
                 # a hole, allocated by ``_reserve`` when entries reach it.
                 allocated = self._mapped
                 self._unmap()
-                cut = False
                 try:
                     os.ftruncate(fd, rounded)
-                    cut = True
-                finally:
-                    # the file's length now, whether or not truncate succeeded
-                    self._map(fd, allocated, rounded if cut else None)
+                except BaseException:
+                    self._map(fd, allocated)  # the file's length now, read back: the cut failed
+                    raise
+                self._map(fd, allocated, rounded)
             finally:
                 os.close(fd)
             self._refresh_last_entry()
