@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from logkeeper.errors import LogSegmentOffsetOverflowError
+from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log import names
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
@@ -149,6 +150,25 @@ def test_change_file_suffixes(tmp_path: Path) -> None:
     assert seg.offset_index.path.name == "00000000000000000040.index.deleted"
     assert seg.time_index.path.name == "00000000000000000040.timeindex.deleted"
     assert seg.log.path.exists() and seg.offset_index.path.exists()
+    seg.close()
+
+
+def test_txn_index_without_a_file_renames_flushes_and_dates_as_the_others(tmp_path: Path) -> None:
+    """No transaction was aborted: the segment has no .txnindex, and renaming, flushing and
+    dating it must not make one; once an entry exists, it follows the segment's renames."""
+    seg = seg_at(tmp_path)
+    append(seg, 40, b"x")
+    seg.set_last_modified_ms(NOW_MS)
+    seg.flush()
+    seg.change_file_suffixes("", names.DELETED_SUFFIX)
+    assert not seg.txn_index.path.exists()
+    assert seg.txn_index.path.name == "00000000000000000040.txnindex.deleted"
+    seg.change_file_suffixes(names.DELETED_SUFFIX, "")
+    seg.txn_index.append(AbortedTxn(7, 40, 41, 42))
+    seg.flush()
+    seg.change_file_suffixes("", names.SWAP_SUFFIX)
+    assert seg.txn_index.path.name == "00000000000000000040.txnindex.swap" and seg.txn_index.path.exists()
+    assert int(seg.log.path.stat().st_mtime * 1000) == NOW_MS
     seg.close()
 
 

@@ -116,17 +116,23 @@ class TransactionIndex:
                     f"offset {self.base_offset}"
                 )
 
+    # No file is the common case (no transaction was aborted in the segment): flush and rename
+    # try the call and take FileNotFoundError for it, instead of a stat first on every segment.
     def flush(self) -> None:
-        if self._path.exists():
+        try:
             fd = os.open(self._path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def rename_to(self, new_path: Path) -> None:
-        if self._path.exists():
+        try:
             os.replace(self._path, new_path)
+        except FileNotFoundError:
+            pass
         self._path = Path(new_path)
 
     def delete_if_exists(self) -> bool:

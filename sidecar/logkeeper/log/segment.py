@@ -395,8 +395,10 @@ class LogSegment:
 
     def set_last_modified_ms(self, ms: int) -> None:
         for p in (self.log.path, self.offset_index.path, self.time_index.path):
-            if p.exists():
+            try:
                 os.utime(p, (ms / 1000, ms / 1000))
+            except FileNotFoundError:  # an index not made (yet): nothing to date
+                pass
 
     def flush(self) -> None:
         self.log.flush()
