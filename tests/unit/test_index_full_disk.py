@@ -84,6 +84,35 @@ def test_a_lazy_index_allocates_only_the_pages_its_entries_reach(tmp_path: Path)
     assert idx.path.stat().st_size == 600 * 8 and tidx.path.stat().st_size == 12
 
 
+def test_trimming_a_lazy_index_keeps_its_map_and_it_grows_again(tmp_path: Path) -> None:
+    """A trim that leaves no mapped page wholly past the new end (each cleaned segment's) cuts the
+    file under the map instead of remapping it; an index grown back (an old segment made active
+    again) allocates and remaps before an entry goes past the cut, and the entries survive."""
+    import numpy as np
+
+    idx = OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE, lazy_blocks=True)
+    offsets = np.arange(0, 25 * 100, 100, dtype=np.int64)
+    idx.append_many(offsets, offsets * 10)
+    mapped = idx._mm
+    idx.trim_to_valid_size()
+    assert idx._mm is mapped and mapped is not None
+    assert idx.path.stat().st_size == 25 * 8 and idx.max_entries == 25
+    assert idx.lookup(1250) == OffsetPosition(1200, 12000)
+    idx.resize(MAX_SIZE)
+    more = np.arange(25 * 100, 600 * 100, 100, dtype=np.int64)  # past the cut, into a second page
+    idx.append_many(more, more * 10)
+    assert idx.lookup(10**9) == OffsetPosition(59_900, 599_000)
+    idx.close()
+    with OffsetIndex(tmp_path / "a.index", 0, MAX_SIZE) as again:
+        assert again.entries == 600 and again.lookup(1250) == OffsetPosition(1200, 12000)
+    # a regular index's trim leaves whole mapped pages past the end: it remaps
+    with OffsetIndex(tmp_path / "b.index", 0, MAX_SIZE) as regular:
+        regular.append(0, 0)
+        before = regular._mm
+        regular.trim_to_valid_size()
+        assert regular._mm is not before and regular.lookup(5) == OffsetPosition(0, 0)
+
+
 def test_a_lazy_index_append_with_no_block_raises_and_keeps_the_index(tmp_path: Path,
                                                                       fallocate: FailingFallocate) -> None:
     import numpy as np

@@ -128,7 +128,9 @@ class AbstractIndex(ABC, Generic[EntryT]):
         self._copy: bytes | None = None
         self._closed = False
         self._length = 0  # the file's length
-        self._mapped = 0  # bytes mapped from the start of the file; a writable index has them allocated
+        # bytes from the start of the file that the map covers and may store to; a writable index has
+        # them allocated (after a trim the map may reach on to the end of that page: resize)
+        self._mapped = 0
         self._max_entries = 0
         self.created = self._open_and_map()  # the file did not exist: this index made it
         # A new file has no entries; an existing file is taken as full of valid entries.
@@ -390,17 +392,26 @@ class AbstractIndex(ABC, Generic[EntryT]):
                 )
             fd = os.open(self._path, os.O_RDWR)
             try:
-                # Unmap before cutting the file: touching a mapped page past EOF raises SIGBUS.
-                # What stays allocated is the mapped prefix (a shrink may cut it); a grown tail is
-                # a hole, allocated by ``_reserve`` when entries reach it.
-                allocated = self._mapped
-                self._unmap()
-                try:
+                if rounded < self._length and self._mapped <= _round_up(rounded, mmap.PAGESIZE):
+                    # No mapped page is left wholly past the new end (the trim of an index whose
+                    # blocks come a page at a time: each cleaned segment's): the map is kept. Its
+                    # bytes past the end read as zeros and are never stored to: ``_reserve``
+                    # allocates and remaps before an entry goes past ``_mapped``.
                     os.ftruncate(fd, rounded)
-                except BaseException:
-                    self._map(fd, allocated)  # the file's length now, read back: the cut failed
-                    raise
-                self._map(fd, allocated, rounded)
+                    self._length, self._mapped = rounded, min(self._mapped, rounded)
+                    self._max_entries = rounded // self.entry_size
+                else:
+                    # Unmap before cutting the file: touching a mapped page past EOF raises SIGBUS.
+                    # What stays allocated is the mapped prefix (a shrink may cut it); a grown tail
+                    # is a hole, allocated by ``_reserve`` when entries reach it.
+                    allocated = self._mapped
+                    self._unmap()
+                    try:
+                        os.ftruncate(fd, rounded)
+                    except BaseException:
+                        self._map(fd, allocated)  # the file's length now, read back: the cut failed
+                        raise
+                    self._map(fd, allocated, rounded)
             finally:
                 os.close(fd)
             self._refresh_last_entry()
