@@ -340,15 +340,18 @@ def main() -> None:
     lines.append("")
     for w in workloads:
         by = {r.path: r for r in w.runs}
-        best_clean = min((r for r in w.runs if r.path.startswith("clean")), key=lambda r: r.wall_s)
-        best_spark = min((r for r in w.runs if r.path.startswith("spark")), key=lambda r: r.wall_s)
+        # --paths may leave one side out: then there is no cross-side ratio to print
+        best_clean = min((r for r in w.runs if r.path.startswith("clean")), key=lambda r: r.wall_s, default=None)
+        best_spark = min((r for r in w.runs if r.path.startswith("spark")), key=lambda r: r.wall_s, default=None)
+        versus = (f"fastest Spark ({best_spark.path}) / fastest clean ({best_clean.path}) = "
+                  f"{best_spark.wall_s / best_clean.wall_s:.2f}x wall time" if best_spark and best_clean else
+                  "one side only")
         s1, s2 = by.get("spark local[1]"), by.get("spark local[2]")
         scaling = f"; local[1] / local[2] = {s1.wall_s / s2.wall_s:.2f}x" if s1 and s2 else ""
         stages = (f" (Spark stages alone {s1.extra.get('spark_s', 0) / max(s2.extra.get('spark_s', 1), 1e-9):.2f}x)"
                   if s1 and s2 else "")
         lines.append(f"- {w.name}: {w.dirty_bytes / 1e6:,.0f} MB, {w.records:,} records, plain read {w.read_s:.2f} s; "
-                     f"fastest Spark ({best_spark.path}) / fastest clean ({best_clean.path}) = "
-                     f"{best_spark.wall_s / best_clean.wall_s:.2f}x wall time{scaling}{stages}")
+                     f"{versus}{scaling}{stages}")
     lines += ["", "Reading:", f"- the whole script took {elapsed / 60:.0f} min."]
     text = "\n".join(lines)
     print(text)

@@ -14,7 +14,7 @@ from logkeeper.cleaner.offload import OffloadStatus
 from logkeeper.cleaner.offload_manifest import read_failure, read_failure_doc, write_failure
 from logkeeper.cleaner.offload_progress import PROGRESS, Progress, read_progress, write_progress
 from logkeeper.spark.command import absolute_paths, one_line
-from logkeeper.spark.resources import GIB, MAX_TASK_HEAP, derived_conf
+from logkeeper.spark.resources import GIB, MAX_TASK_HEAP, SHUFFLE_PARTITION_BYTES, derived_conf, shuffle_partitions
 
 
 def test_progress_round_trip_and_unreadable(tmp_path: Path) -> None:
@@ -86,3 +86,14 @@ def test_memory_derived_from_the_backlog_and_overridable() -> None:
     assert derived_conf(8 * GIB, "local[2]", {"spark.driver.memory": "3g"})["spark.driver.memory"] == "3g"
     assert "spark.driver.memory" not in derived_conf(8 * GIB, None, {}, under_submit=True)
     assert derived_conf(0, "local[2]", {"spark.ui.enabled": "false"})["spark.ui.enabled"] == "false"
+
+
+def test_keys_aggregate_skips_partial_aggregation_and_splits_by_bytes() -> None:
+    """Nearly every key of a chunk is distinct: no map-side aggregate by default (a user's conf
+    wins); the aggregate's partitions grow with the bytes so a task's hash map stays in memory."""
+    assert derived_conf(GIB, "local[2]", {})["spark.sql.execution.bypassPartialAggregation"] == "true"
+    assert derived_conf(GIB, "local[2]", {"spark.sql.execution.bypassPartialAggregation": "false"})[
+        "spark.sql.execution.bypassPartialAggregation"] == "false"
+    assert shuffle_partitions(0, 2) == 6 and shuffle_partitions(0, 0) == 3
+    assert shuffle_partitions(6 * SHUFFLE_PARTITION_BYTES, 2) == 6
+    assert shuffle_partitions(40 * SHUFFLE_PARTITION_BYTES + 1, 2) == 41

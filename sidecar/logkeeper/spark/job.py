@@ -27,11 +27,13 @@ One exact round over a partition's dirty section, in three stages:
 Session: ``--master`` (default ``local[*]``, unless the job runs under spark-submit, which sets
 the master); PYSPARK_PYTHON is this interpreter (set before the session starts: the
 ``spark.pyspark.python`` conf is not honoured outside spark-submit) and SPARK_LOCAL_IP loopback
-for local masters; ``spark.sql.shuffle.partitions`` (the keys aggregate's) = 3 x the default
-parallelism; the UI on (port 4040) and memory from the round's bytes unless ``--conf`` says
-otherwise (resources.py); with a k8s:// master in the operator's Job, the driver's pod IP and name
-and the executors' pod template (on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes
-read and written), written by the driver to ``<staging>/progress.json`` every second (cleaner/offload_progress.py).
+for local masters; the keys aggregate without a partial aggregation, and its
+``spark.sql.shuffle.partitions`` from the cores and the round's bytes; the UI on (port 4040) and
+memory from the round's bytes unless ``--conf`` says otherwise (resources.py); with a k8s://
+master in the operator's Job, the driver's pod IP and name and the executors' pod template
+(on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes read and
+written), written by the driver to ``<staging>/progress.json`` every second
+(cleaner/offload_progress.py).
 
 For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (faults.py
 lists them). The command line is command.py.
@@ -63,7 +65,7 @@ from .faults import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_
 from .on_k8s import driver_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
-from .resources import derived_conf
+from .resources import derived_conf, shuffle_partitions
 from .rewrite import GroupOutput, build_manifest, rewrite_group
 
 KEPT = 0
@@ -100,7 +102,8 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     print(f"spark-compact: Spark {spark.version}, master {spark.sparkContext.master}, driver "
           f"{got.get('spark.driver.host', '?')}:{got.get('spark.driver.port', '?')}", file=sys.stderr, flush=True)
     if not (conf and "spark.sql.shuffle.partitions" in conf):
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 3 * spark.sparkContext.defaultParallelism)))
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(shuffle_partitions(read_bytes, spark.sparkContext.defaultParallelism)))
     return spark
 
 

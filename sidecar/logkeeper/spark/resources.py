@@ -16,6 +16,18 @@ Memory, from the bytes of segment the round reads (its dirty and clean sections)
 Every value is a default: a ``--conf`` of the same key (or spark-submit's, whose driver JVM has
 started before the job runs: then spark.driver.memory is not set here at all) wins.
 
+The keys aggregate (``groupBy(key).agg(max(p))``, job.py), from the same bytes:
+
+- no partial aggregation before its shuffle (``spark.sql.execution.bypassPartialAggregation``):
+  a chunk's keys are nearly all distinct (a backlog worth offloading has many keys), so the map
+  side's hash aggregate reduced nothing and was a third of the keys stage's time;
+- ``spark.sql.shuffle.partitions`` = 3 x the cores, and at least a partition per
+  SHUFFLE_PARTITION_BYTES of segment: with 3 x the cores alone, each task of a 30M-key backlog
+  held 5-10M keys and spilled its hash map to disk (sorted, written, merged back); adaptive
+  execution still coalesces partitions whose shuffle data is small.
+
+Measured in bench/results/spark_scaling.md.
+
 The Spark UI is on at ``spark.ui.port`` 4040 (Spark's own default; taken, Spark tries the next
 ports, and the progress document names the URL it got); ``--conf spark.ui.enabled=false`` turns
 it off.
@@ -28,6 +40,7 @@ MIB = 1 << 20
 UI_PORT = 4040
 MAX_TASK_HEAP = 8 * GIB
 MAX_DRIVER_HEAP = 4 * GIB
+SHUFFLE_PARTITION_BYTES = 128 * MIB
 
 
 def _mib(n: int) -> str:
@@ -39,11 +52,17 @@ def task_heap_bytes(read_bytes: int, executors: int = 1) -> int:
     return min(MAX_TASK_HEAP, GIB + read_bytes // (4 * max(1, executors)))
 
 
+def shuffle_partitions(read_bytes: int, cores: int) -> int:
+    """The keys aggregate's shuffle partitions for a round reading ``read_bytes`` on ``cores``."""
+    return max(2, 3 * max(1, cores), -(-read_bytes // SHUFFLE_PARTITION_BYTES))
+
+
 def derived_conf(read_bytes: int, master: str | None, conf: dict[str, str], under_submit: bool = False
                  ) -> dict[str, str]:
     """The session's conf: ``conf`` (the user's, which wins) over the derived defaults."""
     out: dict[str, str] = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT),
-                           "spark.ui.showConsoleProgress": "false"}
+                           "spark.ui.showConsoleProgress": "false",
+                           "spark.sql.execution.bypassPartialAggregation": "true"}
     # no master and no spark-submit: the job's local[*]; no master under spark-submit: its master,
     # unknown here, so sized as a cluster's (spark.executor.memory is ignored in local mode)
     local = master.startswith("local") if master is not None else not under_submit
