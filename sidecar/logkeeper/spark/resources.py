@@ -20,7 +20,7 @@ The keys aggregate (``groupBy(key).agg(max(p))``, job.py), from the same bytes:
 
 - no partial aggregation before its shuffle (``spark.sql.execution.bypassPartialAggregation``):
   a chunk's keys are nearly all distinct (a backlog worth offloading has many keys), so the map
-  side's hash aggregate reduced nothing and was a third of the keys stage's time;
+  side's hash aggregate cost its time and reduced nothing;
 - ``spark.sql.shuffle.partitions`` = 3 x the cores, and at least a partition per
   SHUFFLE_PARTITION_BYTES of segment: with 3 x the cores alone, each task of a 30M-key backlog
   held 5-10M keys and spilled its hash map to disk (sorted, written, merged back); adaptive
