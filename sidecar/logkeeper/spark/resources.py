@@ -54,7 +54,7 @@ def task_heap_bytes(read_bytes: int, executors: int = 1) -> int:
 
 def shuffle_partitions(read_bytes: int, cores: int) -> int:
     """The keys aggregate's shuffle partitions for a round reading ``read_bytes`` on ``cores``."""
-    return max(2, 3 * max(1, cores), -(-read_bytes // SHUFFLE_PARTITION_BYTES))
+    return max(3 * max(1, cores), -(-read_bytes // SHUFFLE_PARTITION_BYTES))
 
 
 def derived_conf(read_bytes: int, master: str | None, conf: dict[str, str], under_submit: bool = False
