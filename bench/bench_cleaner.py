@@ -152,7 +152,7 @@ def make_workload(root: Path, n_segments: int, records_per_segment: int, n_keys:
 def finish_log_dir(root: Path, part: Path) -> int:
     """Make ``root`` a log directory after a clean shutdown around the ``.log`` files written into
     ``part`` (the partition bench-0): indexes recovered, an empty active segment rolled, the
-    checkpoints and the clean-shutdown marker written. Returns the partition's .log bytes."""
+    checkpoints, the producer snapshot and the clean-shutdown marker written. Returns the partition's .log bytes."""
     config = LogConfig.from_props({"segment.bytes": 1 << 30})
     log = Log(part, config, had_clean_shutdown=False, recovery_point=0, clock_ms=lambda: TS)
     log.roll()
@@ -160,7 +160,7 @@ def finish_log_dir(root: Path, part: Path) -> int:
     tp = TopicPartition("bench", 0)
     OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT).write({tp: log.recovery_point})
     OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT).write({tp: log.log_start_offset})
-    log.close()
+    log.close(clean_shutdown=True)  # as a broker's shutdown: the producer snapshot at the log end
     (root / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":0}')
     return sum(p.stat().st_size for p in part.glob("*.log"))
 

@@ -13,7 +13,8 @@ comes from one run of this script, page cache warm. For each size:
   uncompressed, 1M records a segment, then an empty active segment;
 - ``plain read``: every ``.log`` byte read sequentially in this process: the baseline;
 - ``clean``: ``logkeeper clean`` in this process (clean_command.run_clean: one cleaner thread,
-  rounds until nothing is cleanable, replaced segments removed as it goes) with Kafka's default
+  rounds until nothing is cleanable, replaced segments removed as they are replaced:
+  ``file.delete.delay.ms=0``) with Kafka's default
   128 MiB dedupe buffer, and
   ``clean buffer 2 GiB`` with the largest buffer a cleaner thread takes (2^31 - 1 bytes, Kafka's
   cap: 89M slots, one round up to 80M keys); ``min.cleanable.dirty.ratio=0`` so that it cleans the
@@ -138,7 +139,11 @@ def in_process(src: Path, work: Path, buffer: int = DEFAULT_BUFFER) -> Run:
     out = io.StringIO()
     started = time.perf_counter()
     cpu_started = time.process_time()
-    failed = run_clean(work, {"min.cleanable.dirty.ratio": "0", "log.cleaner.dedupe.buffer.size": str(buffer)},
+    # file.delete.delay.ms=0: the clock is frozen at TS (the records' time), so Kafka's 60 s delay
+    # would never pass and every round's replaced segments would pile up on the disk until the end
+    # (a 100M-key backlog then fills this machine's disk); removed as they are replaced instead
+    failed = run_clean(work, {"min.cleanable.dirty.ratio": "0", "log.cleaner.dedupe.buffer.size": str(buffer),
+                              "file.delete.delay.ms": "0"},
                        out, lambda: TS, round_sink=lambda _tp, stats: rounds.append(stats))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started

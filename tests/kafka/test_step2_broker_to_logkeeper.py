@@ -13,15 +13,23 @@ partition back (read_uncommitted and read_committed); the broker stops cleanly. 
 - ``logkeeper dump-log --json`` of the partition's segments equals what the consumer read:
   offsets, keys, values, headers and timestamps, record for record (control records aside);
 - the markers logkeeper reads (COMMIT/ABORT) are the transactions' outcomes, and the records
-  they leave committed are exactly what the read_committed consumer read.
+  they leave committed are exactly what the read_committed consumer read;
+- every producer snapshot the broker wrote (``.snapshot``) reads with logkeeper's codec, and a
+  log loaded from the latest (a copy of the partition) has the producer state a scan of every
+  segment gives (the coordinator epoch aside, which only Kafka tracks).
 """
 
 from __future__ import annotations
 
 import base64
+import shutil
+from pathlib import Path
 
 import pytest
 
+from logkeeper.log import producer_snapshot
+from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
 from tests.kafka.conftest import BrokerFactory
 from tests.kafka.kafka_harness import logkeeper, logkeeper_json
 from tests.kafka.workloads import KV, committed_view, diff_kv, keyed_workload
@@ -40,7 +48,35 @@ def _fail(what: str, *outputs: str) -> None:
     pytest.fail(f"{STEP}: {what}\n" + "\n".join(outputs), pytrace=False)
 
 
-def test_logkeeper_loads_a_brokers_log(broker_factory: BrokerFactory) -> None:
+def _producer_entries(partition: Path, copy: Path, *, keep_snapshots: bool) -> list[tuple[int, ...]]:
+    """Producer state of a copy of ``partition`` loaded by logkeeper (from Kafka's latest snapshot,
+    or from a scan of every segment), as snapshot entries less the coordinator epoch."""
+    shutil.copytree(partition, copy)
+    if not keep_snapshots:
+        for p in copy.glob("*.snapshot"):
+            p.unlink()
+    lg = Log(copy, LogConfig.from_props({"cleanup.policy": "compact"}))
+    try:
+        return [e[:6] + e[7:] for e in producer_snapshot.entries_of(lg.producer_state)]
+    finally:
+        lg.close()
+
+
+def _check_snapshots(partition: Path, work: Path) -> int:
+    found = producer_snapshot.snapshots(partition)
+    if not found:
+        _fail(f"the broker wrote no producer snapshot in {partition}")
+    for path in found.values():
+        producer_snapshot.decode(path.read_bytes(), path)  # raises on a byte logkeeper reads otherwise
+    scanned = _producer_entries(partition, work / "scanned" / partition.name, keep_snapshots=False)
+    loaded = _producer_entries(partition, work / "loaded" / partition.name, keep_snapshots=True)
+    if loaded != scanned or not scanned:
+        _fail(f"the producer state from Kafka's snapshot {found[max(found)].name} differs from a scan's:\n"
+              f"snapshot {loaded}\nscan     {scanned}")
+    return len(found)
+
+
+def test_logkeeper_loads_a_brokers_log(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     broker = broker_factory("step2", {"log.cleaner.enable": "false", "transaction.state.log.num.partitions": 1})
     broker.start()
     broker.create_topic(TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": 1024 * 1024})
@@ -89,4 +125,6 @@ def test_logkeeper_loads_a_brokers_log(broker_factory: BrokerFactory) -> None:
     codecs = {r["compression"] for r in lk}
     assert codecs == {"none", "gzip", "snappy", "lz4", "zstd"}, f"{STEP}: codecs on disk {codecs}"
     assert sum(r["value"] is None for r in lk) > 100, f"{STEP}: too few tombstones to mean anything"
-    print(f"{STEP}: {produced} records, {len(segments)} segments, markers {markers}; {verify.stdout.strip()}")
+    n_snapshots = _check_snapshots(partition, tmp_path)
+    print(f"{STEP}: {produced} records, {len(segments)} segments, markers {markers}, {n_snapshots} producer "
+          f"snapshots; {verify.stdout.strip()}")

@@ -151,7 +151,7 @@ def test_a_clean_close_fsyncs_the_active_indexes_after_their_final_entry_and_tri
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    lg.close(sync_indexes=True)
+    lg.close(clean_shutdown=True)
     sizes = dict(synced)
     assert sizes[active.offset_index.path.name] == active.offset_index.path.stat().st_size  # trimmed, then synced
     assert sizes[active.time_index.path.name] == active.time_index.path.stat().st_size == 12  # its final entry

@@ -164,7 +164,7 @@ def close_logs(log_dir: Path, logs: Mapping[TopicPartition, Log]) -> None:
     OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
         {tp: log.log_start_offset for tp, log in logs.items()})
     for log in logs.values():
-        log.close()
+        log.close(clean_shutdown=True)  # flushed above: the producer snapshot at the log end
 
 
 def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:

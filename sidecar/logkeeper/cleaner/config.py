@@ -24,9 +24,9 @@ Deliberate additions (not Kafka's):
 - ``log.cleaner.uncleanable.retry.initial.ms`` (60 s) and ``log.cleaner.uncleanable.retry.max.ms``
   (1 h): a partition whose cleaning failed is retried after this backoff, doubling each time,
   instead of staying uncleanable until a restart.
-- ``producer.id.expiration.ms`` (Kafka's broker key, default 1 day): logkeeper keeps no producer
-  snapshots, so the cleaner rebuilds the producers still active (whose last batch it must keep)
-  from batch headers and expires those idle longer than this, as Kafka's producer state does.
+- ``producer.id.expiration.ms`` (Kafka's broker key, default 1 day): the cleaner derives the
+  producers still active (whose last batch it must keep) from batch headers (cleaner/producers.py)
+  and expires those idle longer than this, as Kafka's producer state does.
 - ``log.cleaner.offload.*``: handing a big backlog to the Spark job (cleaner/offload.py): enable
   (false), runner (subprocess; external: the operator runs the job),
   command (empty: this Python running ``logkeeper``, i.e. Spark in a subprocess; or

@@ -3,8 +3,8 @@
 The cleaner keeps, even emptied of its records, the batch that holds an active producer's last
 sequence number, and the marker that holds its epoch, so that producer's next append is not
 rejected. Kafka reads this from its producer state (kept in memory and in ``.snapshot``
-files); logkeeper keeps no snapshots and derives the same state from the batch headers of the
-log, which are all it depends on:
+files); the cleaner derives the same state from the batch headers of the log, which are all it
+depends on, so that the Spark job, which has no Log, derives it the same way:
 
 - only batches with a producer id (>= 0) count;
 - a producer's epoch is that of its last batch (data or marker); a batch of another epoch

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def _close(lg: Log) -> None:
     try:
         lg.flush()
-        lg.close(sync_indexes=True)
+        lg.close(clean_shutdown=True)
     except BaseException:
         lg.close_handlers()
         raise

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError, RecordTooLargeError
 from ..fileio import CrashHook, fsync_dir
-from . import names
+from . import names, producer_snapshot
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
 from .log_config import LogConfig
 from .names import TopicPartition
 from .pending_deletes import PendingDeletes, unlink_segments
-from .producer_state import ProducerStateManager, rebuild_producer_state
+from .producer_state import ProducerStateManager
 from .replace import replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
@@ -274,7 +274,7 @@ class Log:
             self._lock.release()
 
     def _rebuild_producer_state(self) -> None:
-        self.producer_state = rebuild_producer_state(self.segments.values())
+        self.producer_state = producer_snapshot.restore(self.dir, self.segments, self.log_end_offset)
 
     # ------------------------------------------------------------------ roll
     def _maybe_roll(self, batches_bytes: int, max_timestamp: int, max_offset: int, first_offset: int,
@@ -384,7 +384,7 @@ class Log:
             self.log_end_offset = self.active_segment.read_next_offset()
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-            self._rebuild_producer_state()
+            self._rebuild_producer_state()  # deletes the snapshots above the new end first
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -394,6 +394,7 @@ class Log:
                 self.segments.remove(segment.base_offset)
                 segment.delete_if_exists()
             self.segments.add(self._new_segment(new_offset))
+            producer_snapshot.delete_above(self.dir, -1)
             self._sync_dir()
             self.log_end_offset = new_offset
             self.log_start_offset = new_offset
@@ -480,16 +481,20 @@ class Log:
         if self.closed:
             raise RuntimeError(f"log {self.name} is closed")
 
-    def close(self, *, sync_indexes: bool = False) -> None:
+    def close(self, *, clean_shutdown: bool = False) -> None:
         """Flush nothing (the caller decides), trim the active indexes, release the files. With
-        ``sync_indexes`` (a clean shutdown, after a flush) the active segment's index changes made
-        by closing it are fsynced: the clean-shutdown marker tells the next start to trust them."""
+        ``clean_shutdown`` (after a flush) the active segment's index changes made by closing it
+        are fsynced (the clean-shutdown marker tells the next start to trust them), and the
+        producer state is written as the snapshot at the log end offset (producer_snapshot.py:
+        Kafka trusts a clean shutdown without one to mean no producers at all)."""
         with self._lock:
             if self.closed:
                 return
+            if clean_shutdown and self.recovery_point >= self.log_end_offset:
+                producer_snapshot.write(self.dir, self.log_end_offset, self.producer_state)
             active = self.segments.last
             for segment in self.segments.values():
-                segment.close(sync=sync_indexes and segment is active)
+                segment.close(sync=clean_shutdown and segment is active)
             for segment in self._pending_deletes.segments():
                 segment.close_handlers()
             self.closed = True

@@ -22,10 +22,10 @@ batch, Kafka's rules), and the state follows what was appended (``on_appended``)
   OutOfOrderSequenceError; a producer with no state (new, or its batches removed) may start
   anywhere.
 
-Kafka also snapshots producer state (``.snapshot`` files); logkeeper rebuilds open transactions
-and the producers' last batches by scanning batch headers on load instead (a headers-only scan
-of a segment runs at memory speed), and does not write snapshots yet. Producers are not
-expired (Kafka drops them after producer.id.expiration.ms).
+At load the state comes from the latest ``.snapshot`` file (Kafka's format, written at a clean
+close: producer_snapshot.py) and a scan of the batch headers after it, or from a scan of every
+segment when there is none (a headers-only scan of a segment runs at memory speed). Producers
+are not expired (Kafka drops them after producer.id.expiration.ms).
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ class ProducerEntry:
 
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
+    last_timestamp: int = -1  # the max timestamp of its last batch (Kafka expires producers by it)
+    coordinator_epoch: int = -1  # only as a snapshot of Kafka's gave it (producer_snapshot.py)
 
     @property
     def last_seq(self) -> int:
@@ -135,13 +137,17 @@ class ProducerStateManager:
         return None
 
     def on_producer_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-                          first_offset: int, last_offset: int, *, is_control: bool) -> None:
-        """Record an appended (or loaded) batch of an idempotent or transactional producer."""
+                          first_offset: int, last_offset: int, *, is_control: bool, timestamp: int) -> None:
+        """Record an appended (or loaded) batch of an idempotent or transactional producer
+        (``timestamp``: the batch's max timestamp)."""
         entry = self.producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
+        if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
+        elif epoch > entry.epoch:
+            entry = self.producers[producer_id] = ProducerEntry(epoch, coordinator_epoch=entry.coordinator_epoch)
         elif epoch < entry.epoch:
             return  # a marker or batch of an older epoch (loaded data): the newer epoch stands
+        entry.last_timestamp = timestamp
         if not is_control and first_seq >= 0:
             entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset))
 
@@ -211,7 +217,8 @@ class ProducerStateManager:
                 if h.producer_id >= 0:
                     self.on_producer_batch(h.producer_id, h.producer_epoch, h.base_sequence,
                                            last_sequence(h.base_sequence, h.last_offset_delta), base,
-                                           base + h.last_offset_delta, is_control=h.is_control)
+                                           base + h.last_offset_delta, is_control=h.is_control,
+                                           timestamp=h.max_timestamp)
         return aborted
 
     def aborted_entry(self, txn: CompletedTxn) -> AbortedTxn:
@@ -222,11 +229,11 @@ class ProducerStateManager:
         return AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
 
 
-def load_producer_batches(state: ProducerStateManager, table: BatchTable) -> None:
-    """Feed a segment's batches of idempotent producers (in offset order) to ``state``: for each
-    producer only its last BATCHES_RETAINED batches of the segment, found with numpy, so that a
-    segment of many small batches costs no Python loop per batch."""
-    rows = np.flatnonzero(table.producer_id >= 0)
+def load_producer_batches(state: ProducerStateManager, table: BatchTable, from_offset: int = 0) -> None:
+    """Feed a segment's batches of idempotent producers at or above ``from_offset`` (in offset
+    order) to ``state``: for each producer only its last BATCHES_RETAINED batches of the segment,
+    found with numpy, so that a segment of many small batches costs no Python loop per batch."""
+    rows = np.flatnonzero((table.producer_id >= 0) & (table.base_offset >= from_offset))
     if rows.size == 0:
         return
     pids = table.producer_id[rows]
@@ -241,18 +248,21 @@ def load_producer_batches(state: ProducerStateManager, table: BatchTable) -> Non
         seq = int(table.base_sequence[i])
         state.on_producer_batch(int(table.producer_id[i]), int(table.producer_epoch[i]), seq,
                                 last_sequence(seq, delta) if seq >= 0 else -1, base, base + delta,
-                                is_control=bool(int(table.attributes[i]) & CONTROL_FLAG))
+                                is_control=bool(int(table.attributes[i]) & CONTROL_FLAG),
+                                timestamp=int(table.max_timestamp[i]))
 
 
-def rebuild_producer_state(segments: Iterable[LogSegment]) -> ProducerStateManager:
-    """A log's producer state from its segments' batch headers: open transactions, the
+def rebuild_producer_state(segments: Iterable[LogSegment], state: ProducerStateManager | None = None,
+                           from_offset: int = 0) -> ProducerStateManager:
+    """A log's producer state from its segments' batch headers at or above ``from_offset``, on
+    top of ``state`` (a snapshot's at that offset; else empty): open transactions, the
     producers' last batches, and the transaction index entries of aborted transactions that
     are missing (appended to the segment of their marker)."""
-    state = ProducerStateManager()
+    state = state if state is not None else ProducerStateManager()
     for seg in segments:
         table = seg.log.scan()
-        load_producer_batches(state, table)
-        flagged = np.flatnonzero(table.attributes & TRANSACTIONAL_FLAG)
+        load_producer_batches(state, table, from_offset)
+        flagged = np.flatnonzero(((table.attributes & TRANSACTIONAL_FLAG) != 0) & (table.base_offset >= from_offset))
         if flagged.size == 0:
             continue
         indexed = {t.last_offset for t in seg.txn_index.entries}

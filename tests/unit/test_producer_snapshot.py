@@ -1,0 +1,209 @@
+"""Producer snapshots (Kafka's .snapshot format): the bytes, the clean close that writes one, and
+the loads that trust, skip or delete it."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+import crc32c as crc_package
+import pytest
+
+from logkeeper.errors import OutOfOrderSequenceError
+from logkeeper.log import producer_snapshot as snap
+from logkeeper.log.log import Log
+from logkeeper.log.producer_state import ProducerStateManager
+from logkeeper.records.builder import ControlType, Record, build_batch, build_marker_batch
+from tests.helpers import NOW_MS, batch, make_log
+
+IDEMPOTENT = 4000
+TXN = 7
+
+
+def _txn_batch(seq: int, ts: int = NOW_MS) -> bytes:
+    return build_batch([Record(0, ts, b"a", b"1"), Record(1, ts, b"b", b"2")], producer_id=TXN,
+                       producer_epoch=3, base_sequence=seq, is_transactional=True)
+
+
+def _populate(lg: Log) -> int:
+    """An idempotent producer's batches, an aborted transaction, then an open one; its first offset."""
+    lg.append(batch(2, producer_id=IDEMPOTENT, producer_epoch=1, base_sequence=0))
+    lg.append(batch(3, producer_id=IDEMPOTENT, producer_epoch=1, base_sequence=2, ts=NOW_MS + 5))
+    lg.append(_txn_batch(0))
+    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=TXN,
+                                 producer_epoch=3), assign_offsets=False)
+    first_open = lg.log_end_offset
+    lg.append(_txn_batch(2))
+    lg.append(batch(1))
+    return first_open
+
+
+def _close_cleanly(lg: Log) -> None:
+    lg.flush()
+    lg.close(clean_shutdown=True)
+
+
+def _state(lg: Log) -> tuple[dict[int, int], dict[int, tuple[int, int, int, int]]]:
+    """Open transactions and, per producer, (epoch, last sequence, last offset, last timestamp)."""
+    st = lg.producer_state
+    return dict(st.ongoing), {pid: (e.epoch, e.last_seq, e.batches[-1].last_offset if e.batches else -1,
+                                    e.last_timestamp) for pid, e in st.producers.items()}
+
+
+def test_bytes_are_kafkas_layout() -> None:
+    entry = snap.SnapshotEntry(producer_id=5, epoch=2, last_sequence=9, last_offset=100, offset_delta=4,
+                               timestamp=1_700_000_000_000, coordinator_epoch=-1, current_txn_first_offset=96)
+    data = snap.encode([entry])
+    body = struct.pack(">i", 1) + struct.pack(">qhiqiqiq", *entry)
+    assert len(data) == 10 + 46
+    assert data[:2] == b"\x00\x01" and data[6:] == body
+    assert struct.unpack(">I", data[2:6])[0] == crc_package.crc32c(body)  # CRC-32C of all after it
+    assert snap.decode(data, Path("x.snapshot")) == [entry]
+    assert snap.encode([]) == b"\x00\x01" + struct.pack(">I", crc_package.crc32c(b"\0\0\0\0")) + b"\0\0\0\0"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d[:5], "shorter than a snapshot's header"),
+    (lambda d: b"\x00\x02" + d[2:], "unknown snapshot version 2"),
+    (lambda d: d[:-1], "do not hold the 1 entries"),
+    (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "CRC"),
+])
+def test_a_damaged_file_is_named_and_refused(damage, message) -> None:  # type: ignore[no-untyped-def]
+    data = snap.encode([snap.SnapshotEntry(1, 0, 0, 0, 0, 0, -1, -1)])
+    with pytest.raises(snap.CorruptSnapshotError, match=f"00000000000000000001.snapshot.*{message}"):
+        snap.decode(damage(data), Path("00000000000000000001.snapshot"))
+
+
+def test_a_clean_close_writes_the_state_at_the_log_end(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    first_open = _populate(lg)
+    want = _state(lg)
+    assert want[0] == {TXN: first_open}
+    end = lg.log_end_offset
+    _close_cleanly(lg)
+    assert sorted(p.name for p in lg.dir.glob("*.snapshot")) == [f"{end:020d}.snapshot"]
+    entries = snap.decode((lg.dir / f"{end:020d}.snapshot").read_bytes(), lg.dir)
+    by_pid = {e.producer_id: e for e in entries}
+    assert by_pid[IDEMPOTENT] == snap.SnapshotEntry(IDEMPOTENT, 1, 4, 4, 2, NOW_MS + 7, -1, -1)  # ts + 5 + 2 records
+    assert by_pid[TXN].current_txn_first_offset == first_open and by_pid[TXN].epoch == 3
+
+    again = make_log(tmp_path)
+    assert _state(again) == want
+    assert again.last_stable_offset == first_open
+
+
+def test_the_load_scans_only_the_batches_after_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = make_log(tmp_path, {"segment.bytes": 300})
+    _populate(lg)
+    assert len(lg.segments) > 2
+    snapshot_at = lg.log_end_offset
+    _close_cleanly(lg)
+    lg = make_log(tmp_path, {"segment.bytes": 300})
+    lg.append(batch(2, producer_id=IDEMPOTENT, producer_epoch=1, base_sequence=5))
+    lg.append(build_marker_batch(ControlType.COMMIT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=TXN,
+                                 producer_epoch=3), assign_offsets=False)
+    want = _state(lg)
+    lg.flush()
+    lg.close()  # not a clean close: the snapshot stays where it was
+    assert [p.name for p in lg.dir.glob("*.snapshot")] == [f"{snapshot_at:020d}.snapshot"]
+
+    scanned: list[int] = []
+    real_scan = type(lg.active_segment.log).scan
+
+    def scan(self):  # type: ignore[no-untyped-def]
+        scanned.append(int(self.path.name[:20]))
+        return real_scan(self)
+
+    monkeypatch.setattr(type(lg.active_segment.log), "scan", scan)
+    again = make_log(tmp_path, {"segment.bytes": 300})
+    assert _state(again) == want and again.producer_state.ongoing == {}
+    assert scanned and min(scanned) == again.segments.floor_segment(snapshot_at).base_offset
+    with pytest.raises(OutOfOrderSequenceError):  # the sequence goes on from the snapshot's batch
+        again.append(batch(1, producer_id=IDEMPOTENT, producer_epoch=1, base_sequence=9))
+
+
+def test_a_retry_of_the_snapshots_last_batch_is_a_duplicate(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(2, producer_id=IDEMPOTENT, producer_epoch=0, base_sequence=(1 << 31) - 1))  # wraps to 0
+    _close_cleanly(lg)
+    again = make_log(tmp_path)
+    info = again.append(batch(2, producer_id=IDEMPOTENT, producer_epoch=0, base_sequence=(1 << 31) - 1))
+    assert info.duplicate and info.first_offset == 0
+    assert not again.append(batch(1, producer_id=IDEMPOTENT, producer_epoch=0, base_sequence=1)).duplicate
+
+
+def test_a_snapshot_above_the_recovered_end_is_deleted(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    _populate(lg)
+    _close_cleanly(lg)
+    path = next(lg.dir.glob("*.snapshot"))
+    log_file = next(lg.dir.glob("*.log"))
+    with open(log_file, "r+b") as f:  # the last batch torn: recovery cuts the log below the snapshot
+        f.truncate(log_file.stat().st_size - 10)
+    again = make_log(tmp_path, had_clean_shutdown=False)
+    assert not path.exists()
+    assert again.log_end_offset < int(path.name[:20])
+    assert again.producer_state.ongoing == {TXN: again.log_end_offset - 2}  # the open txn, from a scan
+
+
+def test_truncation_deletes_the_snapshots_above_it(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    first_open = _populate(lg)
+    _close_cleanly(lg)
+    lg = make_log(tmp_path)
+    lg.truncate_to(first_open)
+    assert list(lg.dir.glob("*.snapshot")) == [] and lg.producer_state.ongoing == {}
+    lg.append(batch(10))  # past the deleted snapshot's offset: a stale one would now be taken
+    lg.flush()
+    lg.close()
+    assert make_log(tmp_path).producer_state.ongoing == {}
+    lg = make_log(tmp_path)
+    lg.truncate_fully_and_start_at(100)
+    _close_cleanly(lg)
+    assert [p.name for p in lg.dir.glob("*.snapshot")] == [f"{100:020d}.snapshot"]
+
+
+def test_a_corrupt_snapshot_is_deleted_and_the_segments_scanned(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    lg = make_log(tmp_path)
+    _populate(lg)
+    want = _state(lg)
+    _close_cleanly(lg)
+    path = next(lg.dir.glob("*.snapshot"))
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    older = lg.dir / f"{1:020d}.snapshot"  # an older, valid one is taken next, and scanned on top of
+    older.write_bytes(snap.encode([]))
+    with caplog.at_level(logging.WARNING):
+        again = make_log(tmp_path)
+    assert _state(again) == want
+    assert not path.exists() and older.exists()
+    assert path.name in caplog.text and "CRC" in caplog.text
+
+
+def test_a_clean_close_replaces_the_other_snapshots_and_leftovers(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    (lg.dir / f"{1:020d}.snapshot").write_bytes(snap.encode([]))
+    (lg.dir / f"{2:020d}.snapshot.tmp").write_bytes(b"torn")
+    _close_cleanly(lg)
+    assert sorted(p.name for p in lg.dir.iterdir() if "snapshot" in p.name) == [f"{3:020d}.snapshot"]
+
+
+def test_an_unflushed_close_writes_no_snapshot(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    lg.close(clean_shutdown=True)  # nothing flushed: the snapshot would be above what is durable
+    assert list(lg.dir.glob("*.snapshot")) == []
+
+
+def test_state_round_trips_through_entries() -> None:
+    st = ProducerStateManager()
+    st.on_producer_batch(9, 2, 10, 14, 100, 104, is_control=False, timestamp=77)
+    st.on_producer_batch(8, 0, -1, -1, 105, 105, is_control=True, timestamp=78)
+    st.ongoing[8] = 90
+    back = snap.state_from(snap.entries_of(st))
+    assert back.ongoing == {8: 90}
+    assert list(back.producers[9].batches) == [st.producers[9].batches[-1]]
+    assert back.producers[9].last_timestamp == 77 and back.producers[8].last_seq == -1
