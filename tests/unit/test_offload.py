@@ -306,7 +306,7 @@ def test_wants_backlogs_past_the_crossover_and_the_dirty_bytes_threshold(setup: 
     assert setup.manager.grab_filthiest_compacted_log() is None  # the threads leave it to the offloader
     assert [c.log for c in setup.offloader.candidates()] == [log]
     logs = {TP: log}
-    for passes, min_passes, wanted in ((7, 8, False), (8, 8, True), (2, 2, True)):  # the crossover (config.py)
+    for passes, min_passes, wanted in ((5, 6, False), (6, 6, True), (2, 2, True)):  # the crossover (config.py)
         setup.manager.set_backlog(TP, Backlog(TP, 0, 1, 5 * passes, 5, passes, 1, 0, 1, NOW_MS))
         cfg = CleanerConfig.from_props({"log.cleaner.offload.enable": True,
                                         "log.cleaner.offload.backlog.min.passes": min_passes})

@@ -32,9 +32,9 @@ Deliberate additions (not Kafka's):
   command (empty: this Python running ``logkeeper``, i.e. Spark in a subprocess; or
   e.g. ``spark-submit ... submit.py`` to reach a cluster), spark.master (local[*]; empty: none
   passed, the command's), timeout.ms (1 h), dirty.bytes.threshold (-1: only logs whose keys
-  exceed the offset map), backlog.min.passes (8: a backlog goes to Spark once the in-process
-  cleaner would need that many rounds for it, the crossover measured on 2 cores:
-  bench/results/spark_100m.md), staging.dir (empty: ``.logkeeper-staging`` in each log
+  exceed the offset map), backlog.min.passes (6: a backlog goes to Spark once the in-process
+  cleaner would need that many passes of its offset map for it, the crossover measured on 2 cores:
+  bench/results/spark_crossover.md), staging.dir (empty: ``.logkeeper-staging`` in each log
   directory).
 """
 
@@ -89,10 +89,11 @@ CLEANER_SETTINGS = SettingGroup("cleaner", (
     Setting("log.cleaner.offload.dirty.bytes.threshold", int, -1,
             "Dirty bytes from which an eligible log goes to Spark even when its keys fit the map (-1: never).",
             at_least(-1), "bytes"),
-    Setting("log.cleaner.offload.backlog.min.passes", int, 8,
-            "A backlog goes to Spark once its estimated passes (rounds of this cleaner's offset map over its dirty "
-            "section) reach this; smaller ones stay with the cleaner threads. 8: where Spark local[2] overtakes the "
-            "in-process cleaner on 2 cores (bench/results/spark_100m.md); 2 hands off every backlog.", at_least(2)),
+    Setting("log.cleaner.offload.backlog.min.passes", int, 6,
+            "A backlog goes to Spark once its estimated passes (its distinct keys over what this cleaner's offset "
+            "map holds, rounded up) reach this; smaller ones stay with the cleaner threads. 6: where Spark local[2] "
+            "overtakes the in-process cleaner with the default dedupe buffer on 2 cores "
+            "(bench/results/spark_crossover.md); 2 hands off every backlog.", at_least(2)),
     Setting("log.cleaner.offload.staging.dir", str, "",
             "Where jobs write their output; empty: .logkeeper-staging inside each log directory (same file "
             "system: the cleaned segments are renamed in, not copied).", None),
@@ -118,7 +119,7 @@ class CleanerConfig:
     log_cleaner_offload_spark_master: str = "local[*]"
     log_cleaner_offload_timeout_ms: int = 3600000
     log_cleaner_offload_dirty_bytes_threshold: int = -1
-    log_cleaner_offload_backlog_min_passes: int = 8
+    log_cleaner_offload_backlog_min_passes: int = 6
     log_cleaner_offload_staging_dir: str = ""
 
     @classmethod
