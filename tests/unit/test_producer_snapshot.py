@@ -207,3 +207,21 @@ def test_state_round_trips_through_entries() -> None:
     assert back.ongoing == {8: 90}
     assert list(back.producers[9].batches) == [st.producers[9].batches[-1]]
     assert back.producers[9].last_timestamp == 77 and back.producers[8].last_seq == -1
+
+
+def test_verify_notes_the_snapshots_a_load_would_delete_and_touches_nothing(tmp_path: Path) -> None:
+    from logkeeper.tools.verify import verify_path
+
+    lg = make_log(tmp_path)
+    lg.append(batch(3))
+    _close_cleanly(lg)
+    assert verify_path(lg.dir).notes == []
+    (lg.dir / f"{9:020d}.snapshot").write_bytes(snap.encode([]))  # above the log end (3)
+    (lg.dir / f"{1:020d}.snapshot").write_bytes(b"\x00\x01torn")
+    (lg.dir / f"{2:020d}.snapshot.tmp").write_bytes(b"torn")
+    before = sorted(p.name for p in lg.dir.iterdir())
+    report = verify_path(lg.dir)
+    assert report.ok and len(report.notes) == 2
+    assert "00000000000000000001.snapshot" in report.notes[0] and "shorter than a snapshot's header" in report.notes[0]
+    assert "00000000000000000009.snapshot" in report.notes[1] and "above the log end offset 3" in report.notes[1]
+    assert sorted(p.name for p in lg.dir.iterdir()) == before

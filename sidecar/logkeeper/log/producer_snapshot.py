@@ -127,17 +127,14 @@ def state_from(entries: Iterable[SnapshotEntry]) -> ProducerStateManager:
 
 
 def snapshots(directory: Path) -> dict[int, Path]:
-    """The snapshot files of a partition directory by offset (stray temporary files removed)."""
+    """The snapshot files of a partition directory by offset (read only: verify lists them too)."""
     found = {}
     for entry in os.scandir(directory):
-        name = entry.name
-        if name.endswith(names.SNAPSHOT_SUFFIX):
+        if entry.name.endswith(names.SNAPSHOT_SUFFIX):
             try:
-                found[names.offset_from_file_name(name)] = Path(entry.path)
+                found[names.offset_from_file_name(entry.name)] = Path(entry.path)
             except ValueError:
                 continue
-        elif name.endswith(names.SNAPSHOT_SUFFIX + TMP_SUFFIX):
-            Path(entry.path).unlink(missing_ok=True)  # a write a crash interrupted
     return found
 
 
@@ -180,6 +177,7 @@ def write(directory: Path, offset: int, state: ProducerStateManager) -> None:
     directory's only snapshot."""
     path = names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX)
     others = [p for p in snapshots(directory).values() if p != path]
+    others += directory.glob(f"*{names.SNAPSHOT_SUFFIX}{TMP_SUFFIX}")  # writes a crash interrupted
     for p in others:
         p.unlink(missing_ok=True)
     replace_file_durably(path, encode(entries_of(state)))

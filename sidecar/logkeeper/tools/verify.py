@@ -5,7 +5,9 @@ batch's records walk cleanly, offsets increase across batches and segments and f
 (an int32 delta from its base); the ``.index`` entries increase and each points at the start of
 a batch whose last offset is the entry's offset (the rule Kafka's DumpLogSegments checks); the
 ``.timeindex`` entries increase and each names a batch whose max timestamp is the entry's
-timestamp. Checkpoint files must parse. Nothing is written: files are opened read-only.
+timestamp. Checkpoint files must parse. A producer snapshot (``.snapshot``) that fails its CRC or
+lies above the log end is a note, not a problem: the next load deletes it and scans the segments.
+Nothing is written: files are opened read-only.
 
 Trailing all-zero index entries are preallocated space of an active segment, not entries.
 Leftover ``.cleaned``/``.swap`` files (an interrupted clean) are one note per partition, not
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptRecordError, UsageError
-from ..log import names
+from ..log import names, producer_snapshot
 from ..log.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -136,6 +138,21 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
         batch_last = _verify_segment(log_file, base, prev_next_offset, report)
         if batch_last is not None:
             prev_next_offset = batch_last + 1
+    _note_snapshots(d, prev_next_offset, report)
+
+
+def _note_snapshots(d: Path, log_end: int | None, report: VerifyReport) -> None:
+    """Producer snapshots a load would not use: one note each (the load deletes them and scans
+    the segments instead; no record is at risk)."""
+    for offset, path in sorted(producer_snapshot.snapshots(d).items()):
+        try:
+            producer_snapshot.decode(path.read_bytes(), path)
+        except producer_snapshot.CorruptSnapshotError as e:
+            report.notes.append(f"{e}; the next load deletes it and scans the segments instead")
+            continue
+        if log_end is not None and offset > log_end:
+            report.notes.append(f"{path}: a producer snapshot above the log end offset {log_end}; the next load "
+                                "deletes it")
 
 
 def map_file(path: Path) -> np.ndarray:
