@@ -118,6 +118,7 @@ def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
 def _verify_partition(d: Path, report: VerifyReport) -> None:
     report.partitions += 1
     prev_next_offset: int | None = None
+    log_end: int | None = None  # the next offset: after the last batch, or an empty last segment's base
     # .deleted files are normal (replaced segments awaiting file.delete.delay.ms): not mentioned.
     # .cleaned/.swap are left by an interrupted clean; the next load resolves them: one note.
     leftovers = sorted(f.name for f in d.iterdir() if f.name.endswith(INTERRUPTED_CLEAN_SUFFIXES))
@@ -138,7 +139,8 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
         batch_last = _verify_segment(log_file, base, prev_next_offset, report)
         if batch_last is not None:
             prev_next_offset = batch_last + 1
-    _note_snapshots(d, prev_next_offset, report)
+        log_end = max(base, prev_next_offset or 0)
+    _note_snapshots(d, log_end, report)
 
 
 def _note_snapshots(d: Path, log_end: int | None, report: VerifyReport) -> None:
