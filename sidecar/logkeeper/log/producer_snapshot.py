@@ -147,9 +147,10 @@ def _delete(paths: Iterable[Path], directory: Path) -> None:
         fsync_dir(directory)
 
 
-def delete_above(directory: Path, offset: int) -> None:
-    """Delete the snapshots above ``offset`` (durably): they describe batches no longer there."""
-    above = [p for o, p in snapshots(directory).items() if o > offset]
+def delete_above(directory: Path, offset: int, found: dict[int, Path] | None = None) -> None:
+    """Delete the snapshots above ``offset`` (durably): they describe batches no longer there.
+    ``found``: the directory's snapshots when the caller has listed them already."""
+    above = [p for o, p in (snapshots(directory) if found is None else found).items() if o > offset]
     if above:
         log.info("deleting producer snapshots above offset %d in %s: %s", offset, directory,
                  ", ".join(p.name for p in above))
@@ -159,9 +160,9 @@ def delete_above(directory: Path, offset: int) -> None:
 def restore(directory: Path, segments: LogSegments, log_end_offset: int) -> ProducerStateManager:
     """The producer state at load: from the latest valid snapshot at or below the log end offset
     and the batches after it, or from every segment when there is none."""
-    delete_above(directory, log_end_offset)
-    found = snapshots(directory)
-    for offset in sorted(found, reverse=True):
+    found = snapshots(directory)  # listed once: every partition's load comes through here
+    delete_above(directory, log_end_offset, found)
+    for offset in sorted((o for o in found if o <= log_end_offset), reverse=True):
         try:
             state = state_from(decode(found[offset].read_bytes(), found[offset]))
         except CorruptSnapshotError as e:
