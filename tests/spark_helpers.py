@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from logkeeper.cleaner.cleaner import Cleaner
@@ -185,6 +185,14 @@ def run_local_job(plan: CompactionPlan, staging: Path, crash: CrashHook = no_cra
 def segment_files(partition_dir: Path) -> dict[str, bytes]:
     """Every file of a partition directory (no sub-directory) by name."""
     return {p.name: p.read_bytes() for p in sorted(partition_dir.iterdir()) if p.is_file()}
+
+
+def output_files(partition_dir: Path, bases: Iterable[int]) -> dict[str, bytes]:
+    """The segment files of ``partition_dir`` at ``bases`` (a rewrite's outputs), by name: not
+    the log's producer snapshots, which rolls leave at segment base offsets too."""
+    wanted = set(bases)
+    return {name: data for name, data in segment_files(partition_dir).items()
+            if int(name.split(".")[0]) in wanted and not name.endswith(".snapshot")}
 
 
 def staged_files(staging: Path) -> dict[str, bytes]:

@@ -40,6 +40,7 @@ from tests.spark_helpers import (
     clean_in_process,
     config,
     open_log,
+    output_files,
     segment_files,
     set_checkpoint,
     staged_files,
@@ -144,8 +145,7 @@ def test_spark_output_is_byte_identical_to_the_in_process_cleaner(spark: Any, tm
         assert (manifest.end_offset, manifest.checkpoint, manifest.now_ms) == (end, end, now)
         assert [i.name for i in manifest.inputs] == replaced, f"round {round_no}"
         assert manifest.stats["messages_read"] > manifest.stats["messages_written"] > 0
-        expected = {name: data for name, data in segment_files(ref / TP.dir_name).items()
-                    if int(name.split(".")[0]) in {o.base_offset for o in manifest.outputs}}
+        expected = output_files(ref / TP.dir_name, (o.base_offset for o in manifest.outputs))
         got = staged_files(staging)
         assert sorted(got) == sorted(expected), f"round {round_no}: other files than the in-process cleaner's"
         for name in expected:

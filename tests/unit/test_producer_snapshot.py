@@ -13,7 +13,7 @@ import pytest
 from logkeeper.errors import OutOfOrderSequenceError
 from logkeeper.log import producer_snapshot as snap
 from logkeeper.log.log import Log
-from logkeeper.log.producer_state import ProducerStateManager
+from logkeeper.log.producer_state import ProducerStateManager, rebuild_producer_state
 from logkeeper.records.builder import ControlType, Record, build_batch, build_marker_batch
 from tests.helpers import NOW_MS, batch, make_log
 
@@ -105,8 +105,8 @@ def test_the_load_scans_only_the_batches_after_the_snapshot(tmp_path: Path, monk
                                  producer_epoch=3), assign_offsets=False)
     want = _state(lg)
     lg.flush()
-    lg.close()  # not a clean close: the snapshot stays where it was
-    assert [p.name for p in lg.dir.glob("*.snapshot")] == [f"{snapshot_at:020d}.snapshot"]
+    lg.close()  # not a clean close: the latest snapshot is still the clean close's
+    assert max(int(p.name[:20]) for p in lg.dir.glob("*.snapshot")) == snapshot_at
 
     scanned: list[int] = []
     real_scan = type(lg.active_segment.log).scan
@@ -173,7 +173,7 @@ def test_a_corrupt_snapshot_is_deleted_and_the_segments_scanned(tmp_path: Path,
     path = next(lg.dir.glob("*.snapshot"))
     data = path.read_bytes()
     path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    older = lg.dir / f"{1:020d}.snapshot"  # an older, valid one is taken next, and scanned on top of
+    older = lg.dir / f"{0:020d}.snapshot"  # an older, valid one is taken next, and scanned on top of
     older.write_bytes(snap.encode([]))
     with caplog.at_level(logging.WARNING):
         again = make_log(tmp_path)
@@ -182,13 +182,20 @@ def test_a_corrupt_snapshot_is_deleted_and_the_segments_scanned(tmp_path: Path,
     assert path.name in caplog.text and "CRC" in caplog.text
 
 
-def test_a_clean_close_replaces_the_other_snapshots_and_leftovers(tmp_path: Path) -> None:
-    lg = make_log(tmp_path)
-    lg.append(batch(3))
-    (lg.dir / f"{1:020d}.snapshot").write_bytes(snap.encode([]))
-    (lg.dir / f"{2:020d}.snapshot.tmp").write_bytes(b"torn")
+def test_a_load_deletes_leftovers_and_strays_as_kafka_does(tmp_path: Path) -> None:
+    lg = make_log(tmp_path, {"segment.bytes": 300})
+    _populate(lg)
+    bases = lg.segments.base_offsets()
+    end = lg.log_end_offset
     _close_cleanly(lg)
-    assert sorted(p.name for p in lg.dir.iterdir() if "snapshot" in p.name) == [f"{3:020d}.snapshot"]
+    stray, torn = lg.dir / f"{bases[1] + 1:020d}.snapshot", lg.dir / f"{2:020d}.snapshot.tmp"
+    stray.write_bytes(snap.encode([]))
+    torn.write_bytes(b"torn")
+    again = make_log(tmp_path, {"segment.bytes": 300})
+    left = sorted(int(p.name[:20]) for p in again.dir.glob("*.snapshot*"))
+    # every roll's (at a segment base) and the clean close's (the latest, above every base) stay
+    assert left == sorted({*bases[1:], end}) and end > bases[-1]
+    assert not stray.exists() and not torn.exists()
 
 
 def test_an_unflushed_close_writes_no_snapshot(tmp_path: Path) -> None:
@@ -229,3 +236,166 @@ def test_verify_notes_the_snapshots_a_load_would_delete_and_touches_nothing(tmp_
     assert "00000000000000000001.snapshot" in report.notes[0] and "shorter than a snapshot's header" in report.notes[0]
     assert "00000000000000000009.snapshot" in report.notes[1] and "above the log end offset 5" in report.notes[1]
     assert sorted(p.name for p in lg.dir.iterdir()) == before
+
+
+# ---------------------------------------------------------------------------- snapshots at rolls
+ROLLING = {"segment.bytes": 300}
+
+
+def _append_rolling(lg: Log) -> list[int]:
+    """_populate's batches and more, on a log that rolls every few batches; each roll's snapshot
+    holds the state before the batch that rolled. Returns the rolls' offsets."""
+    rolls = []
+    appends = [lambda: _populate(lg), lambda: lg.append(batch(2, producer_id=IDEMPOTENT, producer_epoch=1,
+                                                                base_sequence=5)),
+               lambda: lg.append(_txn_batch(4)), lambda: lg.append(batch(3))]
+    for append in appends:
+        before = snap.entries_of(lg.producer_state)
+        bases = set(lg.segments.base_offsets())
+        append()
+        new = sorted(set(lg.segments.base_offsets()) - bases)
+        for base in new:
+            got = snap.decode((lg.dir / f"{base:020d}.snapshot").read_bytes(), lg.dir)
+            if len(new) == 1 and append is not appends[0]:
+                assert got == before  # one roll before this append's batch: the state before it
+        rolls += new
+    return rolls
+
+
+def test_each_roll_writes_the_state_at_the_new_segments_base(tmp_path: Path) -> None:
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)
+    assert len(rolls) >= 3
+    assert sorted(int(p.name[:20]) for p in lg.dir.glob("*.snapshot")) == rolls
+    # every roll's snapshot, loaded alone, gives the state a scan of the batches below it gives
+    for base in rolls:
+        from_snapshot = snap.state_from(snap.decode((lg.dir / f"{base:020d}.snapshot").read_bytes(), lg.dir))
+        scanned = snap.state_from(snap.entries_of(
+            rebuild_producer_state(lg.segments.values(0, base))))
+        assert snap.entries_of(from_snapshot) == snap.entries_of(scanned), base
+
+
+def test_a_load_after_a_crash_scans_only_the_active_segment(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = make_log(tmp_path, ROLLING)
+    _append_rolling(lg)
+    want, end = _state(lg), lg.log_end_offset
+    active = lg.active_segment.base_offset
+    lg.flush()
+    lg.close()  # a crash: no clean close, no snapshot at the log end
+    scanned: list[int] = []
+    real_scan = type(lg.active_segment.log).scan
+
+    def scan(self):  # type: ignore[no-untyped-def]
+        scanned.append(int(self.path.name[:20]))
+        return real_scan(self)
+
+    monkeypatch.setattr(type(lg.active_segment.log), "scan", scan)
+    again = make_log(tmp_path, ROLLING, had_clean_shutdown=False, recovery_point=end)
+    assert _state(again) == want
+    assert scanned == [active]
+
+
+def test_the_flush_past_a_roll_fsyncs_its_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(snap, "sync", lambda _d, offset: synced.append(offset))
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)
+    assert synced == []  # a roll does not fsync it (it holds the log's lock)
+    lg.flush(rolls[1])
+    assert synced == rolls[:2]
+    lg.flush()
+    assert synced == rolls
+    lg.flush()
+    assert synced == rolls
+
+
+def test_deleted_and_replaced_segments_take_their_snapshots(tmp_path: Path) -> None:
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)
+    doomed = lg.segments.values()[:2]  # the first segment (no snapshot) and the first roll's
+    lg.delete_segments(doomed)
+    assert sorted(int(p.name[:20]) for p in lg.dir.glob("*.snapshot")) == rolls[1:]
+
+
+def test_cleaning_that_merges_segments_deletes_the_merged_ones_snapshots(tmp_path: Path) -> None:
+    import io
+
+    from logkeeper.cleaner.clean_command import run_clean
+
+    lg = make_log(tmp_path, ROLLING)
+    for i in range(12):
+        lg.append(batch(2, start=i % 3))  # the same few keys again and again
+    _close_cleanly(lg)
+    assert len(list(lg.dir.glob("*.snapshot"))) > 4
+    assert run_clean(tmp_path, {"min.cleanable.dirty.ratio": "0", "segment.bytes": "100000"}, io.StringIO(),
+                     lambda: NOW_MS) == 0
+    # as the cleaning left the directory (a load would also delete them, as strays)
+    bases = sorted(int(p.name[:20]) for p in lg.dir.glob("*.log"))
+    left = sorted(int(p.name[:20]) for p in lg.dir.glob("*.snapshot"))
+    assert len(bases) < 4 and set(left) <= {*bases, make_log(tmp_path, ROLLING).log_end_offset}
+
+
+def test_a_power_cut_below_a_roll_snapshot_deletes_it(tmp_path: Path) -> None:
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)
+    lg.close()  # nothing flushed: the cut below may take anything above the recovery point 0
+    cut = lg.dir / f"{rolls[1]:020d}.log"
+    prior = sorted(lg.dir.glob("*.log"))
+    torn = prior[prior.index(cut) - 1]  # the segment below the second roll loses its last bytes
+    with open(torn, "r+b") as f:
+        f.truncate(torn.stat().st_size - 10)
+    again = make_log(tmp_path, ROLLING, had_clean_shutdown=False)
+    assert again.log_end_offset < rolls[1]
+    left = sorted(int(p.name[:20]) for p in again.dir.glob("*.snapshot"))
+    assert left == [r for r in rolls if r <= again.log_end_offset]
+    scanned = rebuild_producer_state(again.segments.values())
+    assert snap.entries_of(again.producer_state) == snap.entries_of(scanned)
+
+
+def test_a_torn_roll_snapshot_falls_back_to_the_one_before(tmp_path: Path) -> None:
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)
+    want, end = _state(lg), lg.log_end_offset
+    lg.flush()
+    lg.close()
+    (lg.dir / f"{rolls[-1]:020d}.snapshot").write_bytes(b"")  # a power cut before its data was written
+    again = make_log(tmp_path, ROLLING, had_clean_shutdown=False, recovery_point=end)
+    assert _state(again) == want
+    assert not (lg.dir / f"{rolls[-1]:020d}.snapshot").exists()
+
+
+# ------------------------------------------- recovery rebuilds transaction indexes below a snapshot
+def _txn_indexes(lg: Log) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(lg.dir.glob("*.txnindex")) if p.stat().st_size}
+
+
+def test_recovery_below_a_roll_snapshot_keeps_the_aborted_transactions(tmp_path: Path) -> None:
+    """Recovery rebuilds a recovered segment's transaction index from the producer state, so the
+    state must be scanned from at or below that segment, not from a later snapshot (found by
+    interop step 3: Kafka's read_committed then read the aborted records)."""
+    lg = make_log(tmp_path, ROLLING)
+    rolls = _append_rolling(lg)  # the aborted transaction is in an early segment
+    lg.flush()
+    before = _txn_indexes(lg)
+    assert before and min(int(n[:20]) for n in before) < rolls[-1]
+    lg.close()
+    again = make_log(tmp_path, ROLLING, had_clean_shutdown=False, recovery_point=0)  # recovers every segment
+    assert again.load_report.recovered_segments
+    assert _txn_indexes(again) == before
+
+
+def test_recovery_of_the_segment_under_a_clean_close_snapshot_keeps_its_aborts(tmp_path: Path) -> None:
+    lg = make_log(tmp_path)  # one segment: the clean close's snapshot lies inside it
+    _populate(lg)
+    _close_cleanly(lg)
+    snapshot_at = lg.log_end_offset
+    lg = make_log(tmp_path, recovery_point=snapshot_at)
+    lg.append(batch(2))
+    lg.flush()
+    before = _txn_indexes(lg)
+    assert before
+    lg.close()  # a crash after more appends: recovery starts from the segment holding the checkpoint
+    again = make_log(tmp_path, had_clean_shutdown=False, recovery_point=snapshot_at)
+    assert again.load_report.recovered_segments == [f"{0:020d}.log"]
+    assert _txn_indexes(again) == before

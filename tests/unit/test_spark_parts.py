@@ -13,7 +13,7 @@ import pytest
 
 from logkeeper.cleaner.exact import ExactDecisions, sorted_unique
 from logkeeper.cleaner.grouping import group_segments_by_size
-from logkeeper.cleaner.offload_manifest import Manifest, ManifestError, read_manifest, write_manifest
+from logkeeper.cleaner.offload_manifest import ManifestError, read_manifest, write_manifest
 from logkeeper.cli import build_parser
 from logkeeper.cli import main as cli_main
 from logkeeper.log.names import TopicPartition
@@ -28,6 +28,7 @@ from tests.spark_helpers import (
     clean_log_dir,
     config,
     open_log,
+    output_files,
     plan_of,
     run_local_job,
     segment_files,
@@ -36,13 +37,6 @@ from tests.spark_helpers import (
     workload_copies,
     write_workload,
 )
-
-
-def expected_outputs(cleaned_dir: Path, manifest: Manifest) -> dict[str, bytes]:
-    """The in-process cleaner's files of the segments the manifest replaces."""
-    files = segment_files(cleaned_dir)
-    bases = {o.base_offset for o in manifest.outputs}
-    return {name: data for name, data in files.items() if int(name.split(".")[0]) in bases}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -64,7 +58,8 @@ def test_exact_decisions_rewrite_is_byte_identical_to_the_offset_map(tmp_path: P
         assert plan.has_clean_side == (round_no > 0 and plan.first_dirty_offset > plan.log_start_offset)
         staging = tmp_path / f"staging-{round_no}"
         manifest = run_local_job(plan, staging)
-        assert staged_files(staging) == expected_outputs(a / TP.dir_name, manifest), f"round {round_no}"
+        outputs = output_files(a / TP.dir_name, (o.base_offset for o in manifest.outputs))
+        assert staged_files(staging) == outputs, f"round {round_no}"
         assert manifest.checkpoint == end
         # carry b forward exactly as a
         clean_log_dir(b, cfg, checkpoint)

@@ -54,6 +54,14 @@ class LoadReport:
     deleted_segments: list[str] = field(default_factory=list)
     split_segments: list[str] = field(default_factory=list)
 
+    def first_reset_txn_index(self) -> int | None:
+        """The base offset of the lowest segment whose transaction index this load emptied
+        (recovered, rebuilt or split): the producer state scan must start at or below it, since
+        it puts their aborted transactions back (producer_state.rebuild_producer_state)."""
+        bases = [names.offset_from_file_name(n)
+                 for n in (*self.recovered_segments, *self.rebuilt_indexes, *self.split_segments)]
+        return min(bases, default=None)
+
     @property
     def changed(self) -> bool:
         return any((self.deleted_files, self.renamed_swaps, self.rebuilt_indexes, self.truncated,

@@ -98,6 +98,7 @@ class Log:
         self.last_flush_ms = clock_ms()
         self.producer_state = ProducerStateManager()
         self._pending_deletes = PendingDeletes(clock_ms)
+        self._unsynced_snapshots: list[int] = []  # written by rolls, fsynced by the flush past them
         self.closed = False
         # Entries of the partition directory (segment files created, renamed, deleted) are only
         # durable once the directory itself is fsynced: a segment whose data was fsynced but
@@ -107,7 +108,7 @@ class Log:
         self._dir_dirty = True
         if self.load_report.changed:
             self._sync_dir()
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(self.load_report.first_reset_txn_index())
 
     # ------------------------------------------------------------------ helpers
     def _new_jitter(self) -> int:
@@ -273,8 +274,11 @@ class Log:
         finally:
             self._lock.release()
 
-    def _rebuild_producer_state(self) -> None:
-        self.producer_state = producer_snapshot.restore(self.dir, self.segments, self.log_end_offset)
+    def _rebuild_producer_state(self, scan_from: int | None = None) -> None:
+        """The producer state from the snapshots and segments; ``scan_from``: the lowest segment
+        whose transaction index the load rebuilt, which the scan must cover (it re-adds their
+        aborted transactions)."""
+        self.producer_state = producer_snapshot.restore(self.dir, self.segments, self.log_end_offset, scan_from)
 
     # ------------------------------------------------------------------ roll
     def _maybe_roll(self, batches_bytes: int, max_timestamp: int, max_offset: int, first_offset: int,
@@ -315,6 +319,10 @@ class Log:
             self._jitter_ms = self._new_jitter()
             segment = self._new_segment(new_offset)
             self.segments.add(segment)
+            # Kafka's snapshot at each roll: a load after a crash scans from here, not from the
+            # last clean close (producer_snapshot.py; fsynced by the flush that passes it)
+            producer_snapshot.write(self.dir, new_offset, self.producer_state, durable=False)
+            self._unsynced_snapshots.append(new_offset)
             # the new segment's names durable before any of its data can be flushed (a rare
             # fsync: one per segment.bytes appended)
             self._sync_dir()
@@ -352,6 +360,9 @@ class Log:
                 return
             for segment in self.segments.values(self.recovery_point, target):
                 segment.flush()
+            for offset in [o for o in self._unsynced_snapshots if o <= target]:
+                producer_snapshot.sync(self.dir, offset)
+                self._unsynced_snapshots.remove(offset)
             if self._dir_dirty:
                 self._sync_dir()  # before the recovery point moves: the flushed files can be found
             self.recovery_point = target
@@ -395,6 +406,7 @@ class Log:
                 segment.delete_if_exists()
             self.segments.add(self._new_segment(new_offset))
             producer_snapshot.delete_above(self.dir, -1)
+            self._unsynced_snapshots.clear()
             self._sync_dir()
             self.log_end_offset = new_offset
             self.log_start_offset = new_offset
@@ -434,6 +446,7 @@ class Log:
             for segment in doomed:
                 self.segments.remove(segment.base_offset)
                 segment.change_file_suffixes("", names.DELETED_SUFFIX)
+            producer_snapshot.delete_at(self.dir, [segment.base_offset for segment in doomed])
             # the renames durable: undone by a power cut, they would bring deleted segments back
             self._sync_dir()
             self.log_start_offset = max(self.log_start_offset, self._first_base_offset())
@@ -463,6 +476,8 @@ class Log:
             replace_segments(self.segments, new_segments, old_segments, directory=self.dir,
                              schedule_delete=self._schedule_delete, crash_hook=crash_hook,
                              sync_renamed=sync_renamed)
+            kept = {segment.base_offset for segment in new_segments}
+            producer_snapshot.delete_at(self.dir, [s.base_offset for s in old_segments if s.base_offset not in kept])
 
     def new_cleaned_segment(self, base_offset: int, max_index_size: int | None = None) -> LogSegment:
         """An empty ``.cleaned`` segment to write a replacement into; its indexes sized at

@@ -1,12 +1,14 @@
-"""Producer state snapshots: Kafka's ``.snapshot`` files, read at load and written at a clean close.
+"""Producer state snapshots: Kafka's ``.snapshot`` files, written at each roll and at a clean
+close, read at load.
 
 Why: without one, a log's producer state (open transactions, idempotent producers' last
 batches) is rebuilt at load by scanning the headers of every segment. And Kafka, loading a
 directory with the clean-shutdown marker but no snapshot, skips that scan and starts with no
 producer state at all (its LogLoader's "upgrade" path): an open transaction logkeeper left would
-vanish, and Kafka's read_committed readers would read its records. So a clean close writes the
-state at the log end offset, as Kafka's own close does, and a load starts from the latest
-snapshot and scans only the batches after it.
+vanish, and Kafka's read_committed readers would read its records. So, as Kafka does, a roll
+writes the state at the new segment's base offset, a clean close writes it at the log end
+offset, and a load starts from the latest snapshot and scans only the batches after it: after a
+crash, the active segment's.
 
 Format, Kafka's ProducerSnapshot version 1 (big-endian)::
 
@@ -21,15 +23,23 @@ that batch alone, as in Kafka.
 
 Rules:
 
-- load (``restore``): snapshots above the log end offset (a tail cut by recovery or a
-  truncation) are deleted, as a corrupt one is; the latest left is read and the batches at or
-  above its offset are scanned on top; with none, every segment is scanned;
+- roll (``write(..., durable=False)``): written to a temporary name and renamed, not fsynced
+  (Kafka's ``takeSnapshot(false)``: the append path holds the log's lock); the flush that moves
+  the recovery point past it fsyncs it (``sync``). A power cut may leave it empty or torn: the
+  CRC and length checks refuse it and the load falls back.
+- clean close (``write``, durable): fsynced and renamed through fileio.replace_file_durably;
+  the other snapshots stay, as Kafka's do.
+- a snapshot goes with its segment: retention's deletions and the cleaner's replacements delete
+  the snapshots at the base offsets of the segments they remove (``delete_at``).
+- load (``restore``): leftover temporary files and strays (Kafka's rule: a snapshot at no
+  segment's base offset, except the latest one when it lies above every base, which is a clean
+  close's) are deleted; so are snapshots above the log end offset (a tail cut by recovery or a
+  truncation) and a corrupt one; the latest left is read and the batches at or above its offset
+  are scanned on top; with none, every segment is scanned. Why a snapshot that survived a power
+  cut can be trusted: it holds the state of the batches below its offset, and recovery keeps
+  those batches whole or cuts the log below the snapshot, which then goes.
 - truncation (``delete_above``): snapshots above the new end are deleted before the state is
-  rebuilt, so that no later load can take one that describes removed batches;
-- clean close (``write``): the other snapshots are deleted, then the new one is written through
-  fileio.replace_file_durably (whose directory fsync makes the deletions durable too). A crash in
-  between leaves no snapshot: the next load scans, which is always correct for logkeeper; the
-  clean-shutdown marker comes only after every log closed, so Kafka scans too.
+  rebuilt, so that no later load can take one that describes removed batches.
 
 logkeeper does not track the transaction coordinator's epoch: an entry read from Kafka's
 snapshot keeps it, others write -1 (Kafka's "none"). Producers are not expired (Kafka drops those
@@ -59,6 +69,7 @@ VERSION = 1
 _HEAD = struct.Struct(">hIi")  # version, crc, count
 _ENTRY = struct.Struct(">qhiqiqiq")
 _CRC_FROM = 6  # the CRC covers every byte after the version and itself
+_TMP_NAME = names.SNAPSHOT_SUFFIX + TMP_SUFFIX
 
 
 class CorruptSnapshotError(ValueError):
@@ -128,13 +139,32 @@ def state_from(entries: Iterable[SnapshotEntry]) -> ProducerStateManager:
 
 def snapshots(directory: Path) -> dict[int, Path]:
     """The snapshot files of a partition directory by offset (read only: verify lists them too)."""
-    found = {}
+    return _listing(directory)[0]
+
+
+def _listing(directory: Path) -> tuple[dict[int, Path], list[Path]]:
+    """The snapshots by offset, and the temporary files of writes a crash interrupted."""
+    found, leftovers = {}, []
     for entry in os.scandir(directory):
         if entry.name.endswith(names.SNAPSHOT_SUFFIX):
             try:
                 found[names.offset_from_file_name(entry.name)] = Path(entry.path)
             except ValueError:
                 continue
+        elif entry.name.endswith(_TMP_NAME):
+            leftovers.append(Path(entry.path))
+    return found, leftovers
+
+
+def strays(offsets: Iterable[int], bases: Iterable[int]) -> list[int]:
+    """Kafka's stray snapshots (ProducerStateManager.removeStraySnapshots): those at no segment's
+    base offset, except the latest of them when it lies above every base (a clean close's, at the
+    log end)."""
+    base_set = set(bases)
+    top = max(base_set, default=None)
+    found = sorted(o for o in offsets if o not in base_set)
+    if found and top is not None and found[-1] > top:
+        found.pop()
     return found
 
 
@@ -157,12 +187,28 @@ def delete_above(directory: Path, offset: int, found: dict[int, Path] | None = N
         _delete(above, directory)
 
 
-def restore(directory: Path, segments: LogSegments, log_end_offset: int) -> ProducerStateManager:
+def delete_at(directory: Path, offsets: Iterable[int]) -> None:
+    """Delete the snapshots at ``offsets`` (the base offsets of segments that went), without an
+    fsync: one that comes back after a power cut still holds a true state."""
+    for offset in offsets:
+        names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX).unlink(missing_ok=True)
+
+
+def restore(directory: Path, segments: LogSegments, log_end_offset: int,
+            scan_from: int | None = None) -> ProducerStateManager:
     """The producer state at load: from the latest valid snapshot at or below the log end offset
-    and the batches after it, or from every segment when there is none."""
-    found = snapshots(directory)  # listed once: every partition's load comes through here
+    (and at or below ``scan_from``, where the scan must start: the load emptied the transaction
+    indexes from there, and the scan puts their aborted transactions back) and the batches after
+    it, or from every segment when there is none."""
+    found, leftovers = _listing(directory)  # listed once: every partition's load comes through here
+    doomed = [*leftovers, *(found.pop(o) for o in strays(found, segments.base_offsets()))]
+    if doomed:
+        log.info("deleting leftover and stray producer snapshots in %s: %s", directory,
+                 ", ".join(p.name for p in doomed))
+        _delete(doomed, directory)
     delete_above(directory, log_end_offset, found)
-    for offset in sorted((o for o in found if o <= log_end_offset), reverse=True):
+    usable = log_end_offset if scan_from is None else min(log_end_offset, scan_from)
+    for offset in sorted((o for o in found if o <= usable), reverse=True):
         try:
             state = state_from(decode(found[offset].read_bytes(), found[offset]))
         except CorruptSnapshotError as e:
@@ -173,12 +219,26 @@ def restore(directory: Path, segments: LogSegments, log_end_offset: int) -> Prod
     return rebuild_producer_state(segments.values())
 
 
-def write(directory: Path, offset: int, state: ProducerStateManager) -> None:
-    """The state at ``offset`` (the log end offset, every batch below it flushed) as the
-    directory's only snapshot."""
+def write(directory: Path, offset: int, state: ProducerStateManager, *, durable: bool = True) -> None:
+    """The state at ``offset`` (every batch below it is in the log) as ``<offset>.snapshot``:
+    fsynced and its name made durable, or (``durable=False``, a roll) only renamed into place."""
     path = names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX)
-    others = [p for p in snapshots(directory).values() if p != path]
-    others += directory.glob(f"*{names.SNAPSHOT_SUFFIX}{TMP_SUFFIX}")  # writes a crash interrupted
-    for p in others:
-        p.unlink(missing_ok=True)
-    replace_file_durably(path, encode(entries_of(state)))
+    data = encode(entries_of(state))
+    if durable:
+        replace_file_durably(path, data)
+        return
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def sync(directory: Path, offset: int) -> None:
+    """fsync the snapshot at ``offset`` written by a roll (gone meanwhile: nothing to do)."""
+    try:
+        fd = os.open(names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX), os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

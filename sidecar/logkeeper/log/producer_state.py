@@ -22,8 +22,8 @@ batch, Kafka's rules), and the state follows what was appended (``on_appended``)
   OutOfOrderSequenceError; a producer with no state (new, or its batches removed) may start
   anywhere.
 
-At load the state comes from the latest ``.snapshot`` file (Kafka's format, written at a clean
-close: producer_snapshot.py) and a scan of the batch headers after it, or from a scan of every
+At load the state comes from the latest ``.snapshot`` file (Kafka's format, written at each roll
+and at a clean close: producer_snapshot.py) and a scan of the batch headers after it, or from a scan of every
 segment when there is none (a headers-only scan of a segment runs at memory speed). Producers
 are not expired (Kafka drops them after producer.id.expiration.ms).
 """
