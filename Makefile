@@ -161,6 +161,7 @@ bench: setup
 	$(PY) bench/bench_log.py
 	$(PY) bench/bench_cleaner.py
 	$(PY) bench/bench_startup.py
+	$(PY) bench/bench_snapshot_load.py
 	$(PY) bench/bench_sidecar_load.py
 
 # logkeeper side by side with a real Kafka (make interop's release, fetched with kafka-tools):
