@@ -831,3 +831,20 @@ def test_failure_reported_from_outside_takes_the_directory_offline(env: Env) -> 
     assert m.dir_status()[0].error == "the cleaner met EIO"
     m.handle_log_dir_failure(dirs[0], "again")  # once offline, stays as it was
     assert m.dir_status()[0].error == "the cleaner met EIO"
+
+
+def test_idle_producers_are_forgotten_every_check_interval(env: Env) -> None:
+    """producer.id.expiration.ms (1 day by default) after its last batch's timestamp, a producer
+    with no open transaction is forgotten by the task of producer.id.expiration.check.interval.ms."""
+    m = env.manager(**{"producer.id.expiration.check.interval.ms": 60_000})
+    lg = m.get_or_create_log(TP0)
+    lg.append(build_batch([Record(0, env.clock(), None, b"v")], producer_id=11, producer_epoch=0, base_sequence=0))
+    lg.append(build_batch([Record(0, env.clock(), None, b"v")], producer_id=12, producer_epoch=0, base_sequence=0,
+                          is_transactional=True))  # open: kept however long it stays open
+    env.sleep(INITIAL_DELAY_MS + 24 * 3600 * 1000 - 60_000)
+    assert set(lg.producer_state.producers) == {11, 12}
+    env.sleep(60_000)
+    assert set(lg.producer_state.producers) == {12}
+    # a forgotten producer may start again anywhere, as a new one
+    assert not lg.append(build_batch([Record(0, env.clock(), None, b"v")], producer_id=11, producer_epoch=0,
+                                     base_sequence=7)).duplicate

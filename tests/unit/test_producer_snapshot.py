@@ -399,3 +399,33 @@ def test_recovery_of_the_segment_under_a_clean_close_snapshot_keeps_its_aborts(t
     again = make_log(tmp_path, had_clean_shutdown=False, recovery_point=snapshot_at)
     assert again.load_report.recovered_segments == [f"{0:020d}.log"]
     assert _txn_indexes(again) == before
+
+
+# ------------------------------------------------------------------------ producer expiration
+DAY = 24 * 3600 * 1000
+
+
+def test_expired_producers_are_those_idle_a_whole_expiration_with_no_open_transaction() -> None:
+    st = ProducerStateManager()
+    st.on_producer_batch(1, 0, 0, 0, 10, 10, is_control=False, timestamp=1_000)
+    st.on_producer_batch(2, 0, 0, 0, 11, 11, is_control=False, timestamp=1_001)
+    st.on_producer_batch(3, 0, 0, 0, 12, 12, is_control=False, timestamp=0)
+    st.ongoing[3] = 12
+    assert st.remove_expired(1_000 + DAY, DAY) == 1  # Kafka's rule: idle for >= the expiration
+    assert set(st.producers) == {2, 3}
+
+
+def test_a_load_forgets_the_producers_of_a_snapshot_that_expired_since(tmp_path: Path) -> None:
+    from logkeeper.log.scheduler import ManualClock
+
+    clock = ManualClock(NOW_MS)
+    lg = make_log(tmp_path, clock=clock)
+    first_open = _populate(lg)  # IDEMPOTENT's last batch's max timestamp NOW_MS + 7, TXN's transaction open
+    _close_cleanly(lg)
+    clock.advance(DAY + 6)
+    lg = make_log(tmp_path, clock=clock, producer_expiration_ms=DAY)
+    assert IDEMPOTENT in lg.producer_state.producers  # idle a day less 1 ms
+    lg.close()
+    clock.advance(1)
+    again = make_log(tmp_path, clock=clock, producer_expiration_ms=DAY)
+    assert set(again.producer_state.producers) == {TXN} and again.last_stable_offset == first_open

@@ -71,7 +71,8 @@ def split_overrides(overrides: Mapping[str, str]) -> tuple[CleanerConfig, LogCon
     return CleanerConfig.from_props(cleaner_props), defaults.with_overrides(topic_props)
 
 
-def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> dict[TopicPartition, Log]:
+def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int],
+              producer_expiration_ms: int) -> dict[TopicPartition, Log]:
     starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
     recovery = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
     clean = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
@@ -86,7 +87,8 @@ def open_logs(log_dir: Path, config: LogConfig, clock_ms: Callable[[], int]) -> 
                 continue  # -delete, -stray and -future directories are not live partitions
             tp = parsed.topic_partition
             logs[tp] = Log(path, config, log_start_offset=starts.get(tp, 0),
-                           recovery_point=recovery.get(tp, 0), had_clean_shutdown=clean, clock_ms=clock_ms)
+                           recovery_point=recovery.get(tp, 0), had_clean_shutdown=clean, clock_ms=clock_ms,
+                           producer_expiration_ms=producer_expiration_ms)
     except BaseException:
         for log in logs.values():
             log.close()
@@ -202,7 +204,7 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
     offset_map = worker.cleaner.offset_map
     if _segment_bytes(log_dir) >= offset_map.capacity_slots * BYTES_PER_SLOT:
         offset_map.warm()  # a log smaller than the map is unlikely to need the full table
-    logs = open_logs(log_dir, topic_config, clock_ms)
+    logs = open_logs(log_dir, topic_config, clock_ms, cleaner_config.producer_id_expiration_ms)
     replaced = ReplacedFiles(logs)
     replaced.remove()  # sweeps during the rounds
     try:

@@ -39,7 +39,7 @@ from ..fileio import CrashHook, fsync_dir
 from . import names, producer_snapshot
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
-from .log_config import LogConfig
+from .log_config import DAY_MS, LogConfig
 from .names import TopicPartition
 from .pending_deletes import PendingDeletes, unlink_segments
 from .producer_state import ProducerStateManager
@@ -77,12 +77,14 @@ class Log:
         had_clean_shutdown: bool = True,
         clock_ms: Clock = wall_clock_ms,
         rng: random.Random | None = None,
+        producer_expiration_ms: int = DAY_MS,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic_partition: TopicPartition = names.PartitionDirName.parse(self.dir.name).topic_partition
         self.config = config or LogConfig.from_props()
         self._clock = clock_ms
+        self._producer_expiration_ms = producer_expiration_ms  # producer.id.expiration.ms
         self._rng = rng
         self._lock = threading.RLock()
         self._jitter_ms = self._new_jitter()
@@ -279,6 +281,12 @@ class Log:
         whose transaction index the load rebuilt, which the scan must cover (it re-adds their
         aborted transactions)."""
         self.producer_state = producer_snapshot.restore(self.dir, self.segments, self.log_end_offset, scan_from)
+        self.remove_expired_producers()
+
+    def remove_expired_producers(self) -> int:
+        """Forget the producers idle for producer.id.expiration.ms (producer_state.py); how many."""
+        with self._lock:
+            return self.producer_state.remove_expired(self._clock(), self._producer_expiration_ms)
 
     # ------------------------------------------------------------------ roll
     def _maybe_roll(self, batches_bytes: int, max_timestamp: int, max_offset: int, first_offset: int,

@@ -13,6 +13,7 @@ Two groups of settings, each defined once:
 | log.flush.offset.checkpoint.interval.ms        | 60000         | recovery-point checkpoint period  |
 | log.flush.start.offset.checkpoint.interval.ms  | 60000         | log-start-offset checkpoint period|
 | log.initial.task.delay.ms                      | 30000         | delay before the first background run |
+| producer.id.expiration.check.interval.ms       | 600000        | period of the producer expiry task |
 
 ``BROKER_LOG_DEFAULT_SETTINGS``: Kafka's broker synonyms of topic keys (``log.segment.bytes``,
 ``log.retention.hours``, ...). They are unset by default; the first synonym set (in Kafka's order,
@@ -62,6 +63,9 @@ MANAGER_SETTINGS = SettingGroup("broker", (
             "How often log start offsets are written to log-start-offset-checkpoint.", at_least(0), "ms"),
     Setting("log.initial.task.delay.ms", int, 30000,
             "Delay after startup before the first run of each background task.", at_least(0), "ms"),
+    Setting("producer.id.expiration.check.interval.ms", int, 600000,
+            "How often each log forgets the producers idle for producer.id.expiration.ms (a cleaner key).",
+            at_least(1), "ms"),
 ))
 
 
@@ -144,6 +148,7 @@ class ManagerConfig:
     log_flush_offset_checkpoint_interval_ms: int
     log_flush_start_offset_checkpoint_interval_ms: int
     log_initial_task_delay_ms: int
+    producer_id_expiration_check_interval_ms: int
     default_log_config: LogConfig
 
     @classmethod

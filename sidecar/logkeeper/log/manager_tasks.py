@@ -8,6 +8,7 @@
 | log-manager.log-start-offset-checkpoint| log.flush.start.offset.checkpoint.interval.ms   | log start offsets       |
 | log-manager.delete-logs                | once; reschedules itself for the next due dir   | ``delete_logs``         |
 | log-manager.delete-expired-files       | ``DELETE_EXPIRED_FILES_INTERVAL_MS`` (1 s)      | each log's ``.deleted`` |
+| log-manager.producer-expiration        | producer.id.expiration.check.interval.ms        | idle producers forgotten |
 
 Each runs first after log.initial.task.delay.ms. Every directory and log is handled on its own:
 an I/O failure takes its directory offline (through ``LogManager.io_guard``) and the task goes on
@@ -54,8 +55,9 @@ RECOVERY_POINT_CHECKPOINT = PREFIX + "recovery-point-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = PREFIX + "log-start-offset-checkpoint"
 DELETE_LOGS = PREFIX + "delete-logs"
 DELETE_EXPIRED_FILES = PREFIX + "delete-expired-files"
+PRODUCER_EXPIRATION = PREFIX + "producer-expiration"
 ALL_TASKS = (RETENTION, FLUSHER, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, DELETE_LOGS,
-             DELETE_EXPIRED_FILES)
+             DELETE_EXPIRED_FILES, PRODUCER_EXPIRATION)
 DELETE_EXPIRED_FILES_INTERVAL_MS = 1000
 
 _SKIP = (KafkaStorageError, UnknownPartitionError)  # already handled by io_guard
@@ -104,6 +106,8 @@ class ManagerTasks:
         s.schedule_once(DELETE_LOGS, self.delete_logs, delay)
         s.schedule(DELETE_EXPIRED_FILES, self.delete_expired_files, delay_ms=delay,
                    period_ms=DELETE_EXPIRED_FILES_INTERVAL_MS)
+        s.schedule(PRODUCER_EXPIRATION, self.remove_expired_producers, delay_ms=delay,
+                   period_ms=c.producer_id_expiration_check_interval_ms)
 
     def cancel_all(self) -> None:
         """Drop the tasks and wait for one running in another thread to end."""
@@ -161,6 +165,15 @@ class ManagerTasks:
                         count += lg.delete_expired_files()
             except _SKIP:
                 continue
+        return count
+
+    def remove_expired_producers(self) -> int:
+        """Each log forgets its producers idle for producer.id.expiration.ms (in memory: the next
+        roll's snapshot leaves them out); how many went."""
+        count = 0
+        for _tp, lg, _d in self._online_logs():
+            if not lg.closed:
+                count += lg.remove_expired_producers()
         return count
 
     # ------------------------------------------------------------------ checkpoints

@@ -42,8 +42,8 @@ Rules:
   rebuilt, so that no later load can take one that describes removed batches.
 
 logkeeper does not track the transaction coordinator's epoch: an entry read from Kafka's
-snapshot keeps it, others write -1 (Kafka's "none"). Producers are not expired (Kafka drops those
-idle for producer.id.expiration.ms when it loads a snapshot).
+snapshot keeps it, others write -1 (Kafka's "none"). Producers idle for producer.id.expiration.ms
+are dropped at load, as Kafka drops them when it reads a snapshot (producer_state.py).
 """
 
 from __future__ import annotations

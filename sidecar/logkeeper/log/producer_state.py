@@ -24,8 +24,13 @@ batch, Kafka's rules), and the state follows what was appended (``on_appended``)
 
 At load the state comes from the latest ``.snapshot`` file (Kafka's format, written at each roll
 and at a clean close: producer_snapshot.py) and a scan of the batch headers after it, or from a scan of every
-segment when there is none (a headers-only scan of a segment runs at memory speed). Producers
-are not expired (Kafka drops them after producer.id.expiration.ms).
+segment when there is none (a headers-only scan of a segment runs at memory speed).
+
+Producers expire as in Kafka (``remove_expired``): one with no open transaction whose last
+batch's max timestamp is ``producer.id.expiration.ms`` (default 1 day) or more before now is
+forgotten, at load and then every ``producer.id.expiration.check.interval.ms`` (the LogManager's
+task). Without it the state of a long-lived log grows with every producer id ever seen (an
+idempotent Java client takes a new one at each start), and every roll's snapshot with it.
 """
 
 from __future__ import annotations
@@ -150,6 +155,15 @@ class ProducerStateManager:
         entry.last_timestamp = timestamp
         if not is_control and first_seq >= 0:
             entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset))
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget the producers with no open transaction whose last batch's max timestamp is
+        ``expiration_ms`` or more before ``now_ms`` (Kafka's isProducerExpired); how many went."""
+        doomed = [pid for pid, entry in self.producers.items()
+                  if pid not in self.ongoing and now_ms - entry.last_timestamp >= expiration_ms]
+        for pid in doomed:
+            del self.producers[pid]
+        return len(doomed)
 
     def first_unstable_offset(self) -> int | None:
         return min(self.ongoing.values()) if self.ongoing else None

@@ -25,6 +25,7 @@ grow and config changes are serialised by one lock.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -136,7 +137,10 @@ class Sidecar:
 
     def start(self) -> None:
         cfg = self.config
-        manager = LogManager(cfg.manager, clock_ms=self.clock_ms)
+        # a log forgets its idle producers after the cleaner's producer.id.expiration.ms, the
+        # horizon the cleaner keeps their last batches by (one key, as in Kafka)
+        manager = LogManager(cfg.manager, clock_ms=self.clock_ms, open_log=functools.partial(
+            Log, producer_expiration_ms=cfg.cleaner.producer_id_expiration_ms))
         try:
             store = TopicStore(lambda: manager.live_log_dirs)
             overrides = store.load()
