@@ -30,7 +30,7 @@ from logkeeper.cleaner.offload_job import JobRequest
 from logkeeper.cleaner.offload_manifest import SEGMENTS_DIR, Manifest, read_manifest
 from logkeeper.cli import build_parser
 from logkeeper.log.log import Log
-from logkeeper.log.names import SEGMENT_SUFFIXES, segment_file
+from logkeeper.log.names import SEGMENT_SUFFIXES, SNAPSHOT_SUFFIX, segment_file
 from logkeeper.records.builder import ControlType
 from logkeeper.spark.command import plan_from_args
 from tests.spark_helpers import (
@@ -109,11 +109,15 @@ def run_spark_round(spark: Any, args: list[str]) -> Manifest:
 
 
 def put_in_place(log_dir: Path, staging: Path, manifest: Manifest) -> None:
-    """What the sidecar's swap leaves: the replaced segments' files gone, the staged ones in."""
+    """What the sidecar's swap leaves: the replaced segments' files gone (with their producer
+    snapshots, unless an output starts at the same offset), the staged ones in."""
     part = log_dir / TP.dir_name
+    outputs = {o.base_offset for o in manifest.outputs}
     for spec in manifest.inputs:
         for suffix in SEGMENT_SUFFIXES:
             segment_file(part, spec.base_offset, suffix).unlink(missing_ok=True)
+        if spec.base_offset not in outputs:
+            segment_file(part, spec.base_offset, SNAPSHOT_SUFFIX).unlink(missing_ok=True)
     for path in sorted((staging / SEGMENTS_DIR).iterdir()):
         shutil.copyfile(path, part / path.name)
     set_checkpoint(log_dir, manifest.checkpoint)

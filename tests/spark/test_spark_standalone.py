@@ -34,7 +34,7 @@ from tests.spark_helpers import (
     TP,
     clean_log_dir,
     config,
-    segment_files,
+    output_files,
     staged_files,
     workload_copies,
 )
@@ -65,11 +65,11 @@ def job_cmd(cluster: StandaloneCluster, seed: int, chunk_bytes: int, *conf: str)
     return args
 
 
-def workload(tmp_path: Path, seed: int, steps: int = 400) -> tuple[Path, dict[str, bytes]]:
-    """The job's copy (tmp_path/spark) and the in-process cleaner's files after one round."""
+def workload(tmp_path: Path, seed: int, steps: int = 400) -> tuple[Path, Path]:
+    """The job's copy (tmp_path/spark) and the in-process cleaner's partition after one round."""
     ref, _job = workload_copies(tmp_path, seed, "in-process", "spark", steps=steps)
     clean_log_dir(ref, config(seed), None)
-    return tmp_path, segment_files(ref / TP.dir_name)
+    return tmp_path, ref / TP.dir_name
 
 
 def start_job(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -89,10 +89,9 @@ def finish(proc: subprocess.Popen[bytes], cwd: Path) -> tuple[int, str]:
     return rc, (cwd / "job.out").read_text(errors="replace")
 
 
-def assert_identical(cwd: Path, expected_all: dict[str, bytes]) -> None:
+def assert_identical(cwd: Path, reference: Path) -> None:
     manifest = read_manifest(cwd / "staging")
-    expected = {name: data for name, data in expected_all.items()
-                if int(name.split(".")[0]) in {o.base_offset for o in manifest.outputs}}
+    expected = output_files(reference, (o.base_offset for o in manifest.outputs))
     got = staged_files(cwd / "staging")
     assert sorted(got) == sorted(expected)
     for name in expected:
@@ -103,10 +102,10 @@ def assert_identical(cwd: Path, expected_all: dict[str, bytes]) -> None:
 
 
 def test_relative_paths_on_a_standalone_cluster_byte_identical(cluster: StandaloneCluster, tmp_path: Path) -> None:
-    cwd, expected = workload(tmp_path, seed=3)
+    cwd, reference = workload(tmp_path, seed=3)
     rc, out = finish(start_job(job_cmd(cluster, 3, 3000), cwd), cwd)
     assert rc == 0, out
-    assert_identical(cwd, expected)
+    assert_identical(cwd, reference)
     progress = read_progress(cwd / "staging")
     assert progress["stage"] == "done", progress
     assert progress["tasks_done"] == progress["tasks_total"] > 0  # the groups, the last stage counted
@@ -114,7 +113,7 @@ def test_relative_paths_on_a_standalone_cluster_byte_identical(cluster: Standalo
 
 
 def test_an_executor_sigkilled_mid_job_still_byte_identical(cluster: StandaloneCluster, tmp_path: Path) -> None:
-    cwd, expected = workload(tmp_path, seed=4)
+    cwd, reference = workload(tmp_path, seed=4)
     # small chunks, each slowed down: the keys stage lasts long enough to kill an executor in it
     proc = start_job(job_cmd(cluster, 4, 1500, f"spark.executorEnv.{CHUNK_DELAY_ENV}=300"), cwd)
     killed = None
@@ -134,12 +133,12 @@ def test_an_executor_sigkilled_mid_job_still_byte_identical(cluster: StandaloneC
         rc, out = finish(proc, cwd)
     assert killed is not None, f"the keys stage was never seen running with an executor: {out[-2000:]}"
     assert rc == 0, out
-    assert_identical(cwd, expected)
+    assert_identical(cwd, reference)
     assert killed not in cluster.executor_pids()
 
 
 def test_a_failing_task_leaves_the_stage_and_the_whole_traceback(cluster: StandaloneCluster, tmp_path: Path) -> None:
-    cwd, _expected = workload(tmp_path, seed=5, steps=100)
+    cwd, _reference = workload(tmp_path, seed=5, steps=100)
     proc = start_job(job_cmd(cluster, 5, 64 << 20, f"spark.executorEnv.{CRASH_ENV}=group-written-raise",
                              "spark.task.maxFailures=2"), cwd)
     rc, out = finish(proc, cwd)
