@@ -203,7 +203,10 @@ class SessionCpu:
         return sum(self.last.values())
 
 
-def spark_job(src: Path, staging: Path, master: str, label: str | None = None) -> Run:
+def spark_job(src: Path, staging: Path, master: str, label: str | None = None, *, one_core: bool = False) -> Run:
+    """One spark-compact run; ``one_core``: the job's process tree (driver JVM, Python workers)
+    pinned to CPU 0, a one-core machine (local[1] alone keeps more than one core busy: a task is
+    a JVM thread fed by a Python worker)."""
     if staging.exists():
         shutil.rmtree(staging)
     env = dict(os.environ)
@@ -212,8 +215,9 @@ def spark_job(src: Path, staging: Path, master: str, label: str | None = None) -
     cmd = [sys.executable, "-m", "logkeeper.cli", "spark-compact", "--log-dir", str(src), "--partition", PARTITION,
            "--staging", str(staging), "--master", master, "--now-ms", str(TS)]
     started = time.perf_counter()
+    pin = (lambda: os.sched_setaffinity(0, {0})) if one_core else None  # inherited by every child
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=pin)
     cpu = SessionCpu(proc.pid)
     stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
@@ -262,7 +266,7 @@ def row(w: Workload, r: Run) -> str:
 
 
 PATHS = ["clean", f"clean buffer {LARGEST_BUFFER / (1 << 30):.0f} GiB", "spark local[1]", "spark local[2]",
-         "spark standalone 2x1"]
+         "spark standalone 2x1", "spark local[1] on 1 core"]
 
 
 def sweep_size(scratch: Path, n_keys: int, cluster_url: str | None, log: list[str],
@@ -279,6 +283,8 @@ def sweep_size(scratch: Path, n_keys: int, cluster_url: str | None, log: list[st
     for master in ("local[1]", "local[2]"):
         if f"spark {master}" in paths:
             runs.append(spark_job(src, scratch / "staging", master))
+    if PATHS[5] in paths:
+        runs.append(spark_job(src, scratch / "staging", "local[1]", PATHS[5], one_core=True))
     if cluster_url and PATHS[4] in paths:
         runs.append(spark_job(src, scratch / "staging", cluster_url, "spark standalone 2x1"))
     shutil.rmtree(src, ignore_errors=True)
@@ -355,8 +361,12 @@ def main() -> None:
         scaling = f"; local[1] / local[2] = {s1.wall_s / s2.wall_s:.2f}x" if s1 and s2 else ""
         stages = (f" (Spark stages alone {s1.extra.get('spark_s', 0) / max(s2.extra.get('spark_s', 1), 1e-9):.2f}x)"
                   if s1 and s2 else "")
+        pinned = by.get(PATHS[5])
+        cores = (f"; local[1] on 1 core / local[2] on 2 cores = {pinned.wall_s / s2.wall_s:.2f}x (Spark stages "
+                 f"alone {pinned.extra.get('spark_s', 0) / max(s2.extra.get('spark_s', 1), 1e-9):.2f}x)"
+                 if pinned and s2 else "")
         lines.append(f"- {w.name}: {w.dirty_bytes / 1e6:,.0f} MB, {w.records:,} records, plain read {w.read_s:.2f} s; "
-                     f"{versus}{scaling}{stages}")
+                     f"{versus}{scaling}{stages}{cores}")
     lines += ["", "Reading:", f"- the whole script took {elapsed / 60:.0f} min."]
     text = "\n".join(lines)
     print(text)
