@@ -236,6 +236,12 @@ def test_verify_notes_the_snapshots_a_load_would_delete_and_touches_nothing(tmp_
     assert "00000000000000000001.snapshot" in report.notes[0] and "shorter than a snapshot's header" in report.notes[0]
     assert "00000000000000000009.snapshot" in report.notes[1] and "above the log end offset 5" in report.notes[1]
     assert sorted(p.name for p in lg.dir.iterdir()) == before
+    # a corrupt one at a segment base below the valid one at 5: a load never reads it
+    (lg.dir / f"{1:020d}.snapshot").unlink()
+    (lg.dir / f"{0:020d}.snapshot").write_bytes(b"\x00\x01torn")
+    notes = verify_path(lg.dir).notes
+    assert len(notes) == 2 and "00000000000000000000.snapshot" in notes[1]
+    assert "not read while a later snapshot is valid" in notes[1] and "deletes" not in notes[1]
 
 
 # ---------------------------------------------------------------------------- snapshots at rolls

@@ -126,6 +126,7 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
         report.notes.append(f"{d}: {len(leftovers)} file(s) left by an interrupted clean ({', '.join(leftovers)}); "
                             "the next load completes or removes them")
     logs = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(names.LOG_SUFFIX))
+    bases: list[int] = []
     for log_file in logs:
         report.segments += 1
         try:
@@ -133,6 +134,7 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
         except ValueError:
             report.problems.append(Problem(str(log_file), None, "not a segment file name"))
             continue
+        bases.append(base)
         if prev_next_offset is not None and base < prev_next_offset:
             report.problems.append(Problem(str(log_file), None, (
                 f"segment base offset {base} is below the end {prev_next_offset} of the previous segment")))
@@ -140,21 +142,34 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
         if batch_last is not None:
             prev_next_offset = batch_last + 1
         log_end = max(base, prev_next_offset or 0)
-    _note_snapshots(d, log_end, report)
+    _note_snapshots(d, bases, log_end, report)
 
 
-def _note_snapshots(d: Path, log_end: int | None, report: VerifyReport) -> None:
-    """Producer snapshots a load would not use: one note each (the load deletes them and scans
-    the segments instead; no record is at risk)."""
-    for offset, path in sorted(producer_snapshot.snapshots(d).items()):
+def _note_snapshots(d: Path, bases: list[int], log_end: int | None, report: VerifyReport) -> None:
+    """Producer snapshots a load would delete, one note each, in the load's order
+    (producer_snapshot.restore): strays go unread, then those above the log end, then from the
+    latest down each corrupt one until a valid one is read. A corrupt one below that is noted too,
+    but a load leaves it. No record is at risk: a load without a snapshot scans the segments."""
+    found = producer_snapshot.snapshots(d)
+    for offset in producer_snapshot.strays(found, bases):
+        path = found.pop(offset)
         try:
             producer_snapshot.decode(path.read_bytes(), path)
         except producer_snapshot.CorruptSnapshotError as e:
-            report.notes.append(f"{e}; the next load deletes it and scans the segments instead")
-            continue
+            report.notes.append(f"{e}; at no segment's base offset: the next load deletes it")
+    valid_found = False
+    for offset, path in sorted(found.items(), reverse=True):
         if log_end is not None and offset > log_end:
             report.notes.append(f"{path}: a producer snapshot above the log end offset {log_end}; the next load "
                                 "deletes it")
+            continue
+        try:
+            producer_snapshot.decode(path.read_bytes(), path)
+        except producer_snapshot.CorruptSnapshotError as e:
+            report.notes.append(f"{e}; " + ("not read while a later snapshot is valid" if valid_found else
+                                            "the next load deletes it and reads an older one or the segments"))
+            continue
+        valid_found = True
 
 
 def map_file(path: Path) -> np.ndarray:
