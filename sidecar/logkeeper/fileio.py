@@ -75,6 +75,19 @@ def fsync_dir(directory: Path | str) -> None:
         os.close(fd)
 
 
+def fsync_if_exists(path: Path | str) -> None:
+    """fsync a file that may not exist (nothing to do then): the try is cheaper than a stat
+    first where no file is the common case (a segment's transaction index)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 TMP_SUFFIX = ".tmp"  # a log directory's loader removes files so named left by a crash
 
 

@@ -51,6 +51,19 @@ def _state(lg: Log) -> tuple[dict[int, int], dict[int, tuple[int, int, int, int]
                                     e.last_timestamp) for pid, e in st.producers.items()}
 
 
+def _spy_scans(monkeypatch: pytest.MonkeyPatch, lg: Log) -> list[int]:
+    """The base offsets of the segments whose batch headers are scanned from now on."""
+    scanned: list[int] = []
+    real_scan = type(lg.active_segment.log).scan
+
+    def scan(self):  # type: ignore[no-untyped-def]
+        scanned.append(int(self.path.name[:20]))
+        return real_scan(self)
+
+    monkeypatch.setattr(type(lg.active_segment.log), "scan", scan)
+    return scanned
+
+
 def test_bytes_are_kafkas_layout() -> None:
     entry = snap.SnapshotEntry(producer_id=5, epoch=2, last_sequence=9, last_offset=100, offset_delta=4,
                                timestamp=1_700_000_000_000, coordinator_epoch=-1, current_txn_first_offset=96)
@@ -108,14 +121,7 @@ def test_the_load_scans_only_the_batches_after_the_snapshot(tmp_path: Path, monk
     lg.close()  # not a clean close: the latest snapshot is still the clean close's
     assert max(int(p.name[:20]) for p in lg.dir.glob("*.snapshot")) == snapshot_at
 
-    scanned: list[int] = []
-    real_scan = type(lg.active_segment.log).scan
-
-    def scan(self):  # type: ignore[no-untyped-def]
-        scanned.append(int(self.path.name[:20]))
-        return real_scan(self)
-
-    monkeypatch.setattr(type(lg.active_segment.log), "scan", scan)
+    scanned = _spy_scans(monkeypatch, lg)
     again = make_log(tmp_path, {"segment.bytes": 300})
     assert _state(again) == want and again.producer_state.ongoing == {}
     assert scanned and min(scanned) == again.segments.floor_segment(snapshot_at).base_offset
@@ -289,14 +295,7 @@ def test_a_load_after_a_crash_scans_only_the_active_segment(tmp_path: Path,
     active = lg.active_segment.base_offset
     lg.flush()
     lg.close()  # a crash: no clean close, no snapshot at the log end
-    scanned: list[int] = []
-    real_scan = type(lg.active_segment.log).scan
-
-    def scan(self):  # type: ignore[no-untyped-def]
-        scanned.append(int(self.path.name[:20]))
-        return real_scan(self)
-
-    monkeypatch.setattr(type(lg.active_segment.log), "scan", scan)
+    scanned = _spy_scans(monkeypatch, lg)
     again = make_log(tmp_path, ROLLING, had_clean_shutdown=False, recovery_point=end)
     assert _state(again) == want
     assert scanned == [active]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import CorruptIndexError
+from ..fileio import fsync_if_exists
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
@@ -119,14 +120,7 @@ class TransactionIndex:
     # No file is the common case (no transaction was aborted in the segment): flush and rename
     # try the call and take FileNotFoundError for it, instead of a stat first on every segment.
     def flush(self) -> None:
-        try:
-            fd = os.open(self._path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_if_exists(self._path)
 
     def rename_to(self, new_path: Path) -> None:
         try:

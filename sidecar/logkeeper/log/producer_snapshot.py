@@ -55,7 +55,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..fileio import TMP_SUFFIX, fsync_dir, replace_file_durably
+from ..fileio import TMP_SUFFIX, fsync_dir, fsync_if_exists, replace_file_durably
 from ..records.batch import crc32c
 from . import names
 from .producer_state import INT32_MAX, BatchMeta, ProducerEntry, ProducerStateManager, rebuild_producer_state
@@ -234,11 +234,4 @@ def write(directory: Path, offset: int, state: ProducerStateManager, *, durable:
 
 def sync(directory: Path, offset: int) -> None:
     """fsync the snapshot at ``offset`` written by a roll (gone meanwhile: nothing to do)."""
-    try:
-        fd = os.open(names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX), os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_if_exists(names.segment_file(directory, offset, names.SNAPSHOT_SUFFIX))
