@@ -177,14 +177,38 @@ def _delete(paths: Iterable[Path], directory: Path) -> None:
         fsync_dir(directory)
 
 
-def delete_above(directory: Path, offset: int, found: dict[int, Path] | None = None) -> None:
-    """Delete the snapshots above ``offset`` (durably): they describe batches no longer there.
-    ``found``: the directory's snapshots when the caller has listed them already."""
-    above = [p for o, p in (snapshots(directory) if found is None else found).items() if o > offset]
+def delete_above(directory: Path, offset: int) -> None:
+    """Delete the snapshots above ``offset`` (durably): they describe batches no longer there."""
+    _delete_above(directory, offset, [p for o, p in snapshots(directory).items() if o > offset])
+
+
+def _delete_above(directory: Path, offset: int, above: list[Path]) -> None:
     if above:
         log.info("deleting producer snapshots above offset %d in %s: %s", offset, directory,
                  ", ".join(p.name for p in above))
         _delete(above, directory)
+
+
+class LoadPlan(NamedTuple):
+    """What a load does with a directory's snapshots, in its order (``restore``; ``verify``
+    reports it): delete the strays unread, delete those above the log end, then read the
+    candidates, latest first, until one is valid (deleting each corrupt one on the way)."""
+
+    strays: list[int]
+    above: list[int]
+    candidates: list[int]
+
+
+def load_plan(offsets: Iterable[int], bases: Iterable[int], log_end_offset: int | None,
+              scan_from: int | None = None) -> LoadPlan:
+    """The load's plan for snapshots at ``offsets`` in a log of segments at ``bases``
+    (``log_end_offset`` None: no bound, a directory without segments)."""
+    found = set(offsets)
+    stray = strays(found, bases)
+    rest = sorted(found.difference(stray), reverse=True)
+    end = log_end_offset if log_end_offset is not None else max(rest, default=0)
+    usable = end if scan_from is None else min(end, scan_from)
+    return LoadPlan(stray, [o for o in rest if o > end], [o for o in rest if o <= usable])
 
 
 def delete_at(directory: Path, offsets: Iterable[int]) -> None:
@@ -201,14 +225,14 @@ def restore(directory: Path, segments: LogSegments, log_end_offset: int,
     indexes from there, and the scan puts their aborted transactions back) and the batches after
     it, or from every segment when there is none."""
     found, leftovers = _listing(directory)  # listed once: every partition's load comes through here
-    doomed = [*leftovers, *(found.pop(o) for o in strays(found, segments.base_offsets()))]
+    plan = load_plan(found, segments.base_offsets(), log_end_offset, scan_from)
+    doomed = [*leftovers, *(found[o] for o in plan.strays)]
     if doomed:
         log.info("deleting leftover and stray producer snapshots in %s: %s", directory,
                  ", ".join(p.name for p in doomed))
         _delete(doomed, directory)
-    delete_above(directory, log_end_offset, found)
-    usable = log_end_offset if scan_from is None else min(log_end_offset, scan_from)
-    for offset in sorted((o for o in found if o <= usable), reverse=True):
+    _delete_above(directory, log_end_offset, [found[o] for o in plan.above])
+    for offset in plan.candidates:
         try:
             state = state_from(decode(found[offset].read_bytes(), found[offset]))
         except CorruptSnapshotError as e:

@@ -147,24 +147,23 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
 
 def _note_snapshots(d: Path, bases: list[int], log_end: int | None, report: VerifyReport) -> None:
     """Producer snapshots a load would delete, one note each, in the load's order
-    (producer_snapshot.restore): strays go unread, then those above the log end, then from the
+    (producer_snapshot.load_plan): strays go unread, then those above the log end, then from the
     latest down each corrupt one until a valid one is read. A corrupt one below that is noted too,
     but a load leaves it. No record is at risk: a load without a snapshot scans the segments."""
     found = producer_snapshot.snapshots(d)
-    for offset in producer_snapshot.strays(found, bases):
-        path = found.pop(offset)
+    plan = producer_snapshot.load_plan(found, bases, log_end)
+    for offset in plan.strays:
         try:
-            producer_snapshot.decode(path.read_bytes(), path)
+            producer_snapshot.decode(found[offset].read_bytes(), found[offset])
         except producer_snapshot.CorruptSnapshotError as e:
             report.notes.append(f"{e}; at no segment's base offset: the next load deletes it")
+    for offset in plan.above:
+        report.notes.append(f"{found[offset]}: a producer snapshot above the log end offset {log_end}; the next "
+                            "load deletes it")
     valid_found = False
-    for offset, path in sorted(found.items(), reverse=True):
-        if log_end is not None and offset > log_end:
-            report.notes.append(f"{path}: a producer snapshot above the log end offset {log_end}; the next load "
-                                "deletes it")
-            continue
+    for offset in plan.candidates:
         try:
-            producer_snapshot.decode(path.read_bytes(), path)
+            producer_snapshot.decode(found[offset].read_bytes(), found[offset])
         except producer_snapshot.CorruptSnapshotError as e:
             report.notes.append(f"{e}; " + ("not read while a later snapshot is valid" if valid_found else
                                             "the next load deletes it and reads an older one or the segments"))
