@@ -96,4 +96,17 @@ def test_keys_aggregate_skips_partial_aggregation_and_splits_by_bytes() -> None:
         "spark.sql.execution.bypassPartialAggregation"] == "false"
     assert shuffle_partitions(0, 2) == 6 and shuffle_partitions(0, 0) == 3
     assert shuffle_partitions(6 * SHUFFLE_PARTITION_BYTES, 2) == 6
-    assert shuffle_partitions(40 * SHUFFLE_PARTITION_BYTES + 1, 2) == 41
+    # a whole number of waves: 41 partitions on 2 cores would end with one task running alone
+    assert shuffle_partitions(40 * SHUFFLE_PARTITION_BYTES + 1, 2) == 42
+    assert shuffle_partitions(40 * SHUFFLE_PARTITION_BYTES + 1, 1) == 41
+    assert shuffle_partitions(13 * SHUFFLE_PARTITION_BYTES, 3) == 15
+
+
+def test_the_planned_partitions_are_not_coalesced() -> None:
+    """Adaptive execution would merge the planned partitions into an odd number of tasks (14
+    became 5 on 2 cores, the fifth alone at the end): the job sizes them itself, so coalescing
+    is off unless the user's conf turns it on."""
+    key = "spark.sql.adaptive.coalescePartitions.enabled"
+    assert derived_conf(GIB, "local[2]", {})[key] == "false"
+    assert derived_conf(GIB, "spark://h:7077", {})[key] == "false"
+    assert derived_conf(GIB, "local[2]", {key: "true"})[key] == "true"

@@ -23,8 +23,12 @@ The keys aggregate (``groupBy(key).agg(max(p))``, job.py), from the same bytes:
   side's hash aggregate cost its time and reduced nothing;
 - ``spark.sql.shuffle.partitions`` = 3 x the cores, and at least a partition per
   SHUFFLE_PARTITION_BYTES of segment: with 3 x the cores alone, each task of a 30M-key backlog
-  held 5-10M keys and spilled its hash map to disk (sorted, written, merged back); adaptive
-  execution still coalesces partitions whose shuffle data is small.
+  held 5-10M keys and spilled its hash map to disk (sorted, written, merged back); rounded up
+  to a whole number of waves (a multiple of the cores), so no task runs alone at the stage's end;
+- adaptive execution does not coalesce those partitions
+  (``spark.sql.adaptive.coalescePartitions.enabled`` false): it merged a 10M-key backlog's 14
+  into 5 tasks on 2 cores, 3 waves of which the last kept one core idle, and that stage took
+  1.44x less time on 2 cores than on one instead of 1.66x (bench/results/spark_cores.md).
 
 Measured in bench/results/spark_scaling.md.
 
@@ -54,7 +58,9 @@ def task_heap_bytes(read_bytes: int, executors: int = 1) -> int:
 
 def shuffle_partitions(read_bytes: int, cores: int) -> int:
     """The keys aggregate's shuffle partitions for a round reading ``read_bytes`` on ``cores``."""
-    return max(3 * max(1, cores), -(-read_bytes // SHUFFLE_PARTITION_BYTES))
+    cores = max(1, cores)
+    wanted = max(3 * cores, -(-read_bytes // SHUFFLE_PARTITION_BYTES))
+    return -(-wanted // cores) * cores
 
 
 def derived_conf(read_bytes: int, master: str | None, conf: dict[str, str], under_submit: bool = False
@@ -62,7 +68,8 @@ def derived_conf(read_bytes: int, master: str | None, conf: dict[str, str], unde
     """The session's conf: ``conf`` (the user's, which wins) over the derived defaults."""
     out: dict[str, str] = {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT),
                            "spark.ui.showConsoleProgress": "false",
-                           "spark.sql.execution.bypassPartialAggregation": "true"}
+                           "spark.sql.execution.bypassPartialAggregation": "true",
+                           "spark.sql.adaptive.coalescePartitions.enabled": "false"}
     # no master and no spark-submit: the job's local[*]; no master under spark-submit: its master,
     # unknown here, so sized as a cluster's (spark.executor.memory is ignored in local mode)
     local = master.startswith("local") if master is not None else not under_submit
