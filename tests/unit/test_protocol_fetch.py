@@ -4,7 +4,6 @@ append notifier that wakes a waiting fetch."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -74,7 +73,7 @@ def test_a_fetch_of_no_partitions_answers_at_once(records: FileRecords) -> None:
     ctx = FakeContext(records)
     answer = asyncio.run(handlers_data.fetch(ctx, None, request(0, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert answer["responses"] == []
-    assert ctx.notifier.waits == 0 and ctx.runs == 0  # answered on the loop: nothing to read
+    assert ctx.notifier.waits == 0 and ctx.runs == 1
 
 
 def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
@@ -117,35 +116,3 @@ def test_an_append_on_the_event_loop_wakes_a_waiting_fetch_directly() -> None:
         await asyncio.wait_for(waiting, 5.0)
 
     asyncio.run(main())
-
-
-def _evict(records: FileRecords) -> None:
-    os.fsync(records.fd)
-    os.posix_fadvise(records.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
-def _fetched(answer: dict[str, Any]) -> list[bytes]:
-    return [bytes(p["records"]) for t in answer["responses"] for p in t["partitions"]]
-
-
-@pytest.mark.parametrize(("cached", "isolation", "partition_max", "runs"), [
-    (True, 0, 1 << 20, 0),                                  # in the page cache: read on the loop
-    (False, 0, 1 << 20, 1),                                 # it would wait for the disk: an I/O thread
-    (True, 1, 1 << 20, 1),                                  # read_committed: an I/O thread
-    (True, 0, handlers_data.INLINE_FETCH_BYTES + 1, 1),     # too big to copy on the loop: an I/O thread
-])
-def test_where_a_fetch_is_read(records: FileRecords, cached: bool, isolation: int, partition_max: int,
-                               runs: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fetch is read on the event loop when it is small, read_uncommitted and all in the page
-    cache; else on an I/O thread, which reads all of it again. Both answer the same bytes."""
-    if not cached:
-        _evict(records)
-    ctx = FakeContext(records)
-    req = request(1)
-    req["isolation_level"] = isolation
-    req["topics"][0]["partitions"][0]["partition_max_bytes"] = req["max_bytes"] = partition_max
-    ctx.settings.fetch_max_bytes = 64 << 20
-    monkeypatch.setattr(handlers_data, "_aborted", lambda lg, start, upper: [])  # no transaction index here
-    answer = asyncio.run(handlers_data.fetch(ctx, None, req, 12))  # type: ignore[arg-type]
-    assert ctx.runs == runs
-    assert _fetched(answer) == [BATCH]

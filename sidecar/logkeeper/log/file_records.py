@@ -24,7 +24,6 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from .. import cached_read
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
 from ..fileio import pwrite_all
 from ..records.batch import BatchHeader
@@ -176,7 +175,7 @@ class FileRecords:
         size = max(0, min(size, self._size - position))
         if size == 0:
             return b""
-        return cached_read.pread(self._fd, size, position)
+        return os.pread(self._fd, size, position)
 
     def header_at(self, position: int) -> BatchHeader | None:
         """The batch header at ``position``; None at a torn tail (fewer than 17 bytes left, or
@@ -184,7 +183,7 @@ class FileRecords:
         available = self._size - position
         if available < HEADER_SIZE_UP_TO_MAGIC:
             return None
-        head = cached_read.pread(self._fd, HEADER_SIZE, position)
+        head = os.pread(self._fd, HEADER_SIZE, position)
         try:
             header = BatchHeader.parse(head, 0, available=available)
         except LengthPastEndError:

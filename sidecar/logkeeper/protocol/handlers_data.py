@@ -15,8 +15,7 @@ request's other partitions are appended.
 Fetch: sessionless (a request to open a fetch session is answered with session id 0, which
 clients take as "no session"); per partition up to ``partition_max_bytes`` and up to
 ``max_bytes`` in all (capped by the sidecar's ``fetch.max.bytes``, as Kafka caps it by its own),
-at least one batch for the first partition with data (as Kafka). A small fetch whose bytes are all
-in the page cache is read on the event loop, any other on an I/O thread. The high watermark is the log
+at least one batch for the first partition with data (as Kafka). The high watermark is the log
 end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
 aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
 waits up to ``max_wait_ms`` for an append to one of its partitions; one naming no partition is
@@ -32,7 +31,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..cached_read import WouldBlock, no_wait
 from ..log.log import Log
 from ..log.names import TopicPartition
 from ..records.batch_format import ATTRIBUTES_OFFSET, CODEC_MASK
@@ -58,10 +56,6 @@ INLINE_PRODUCE_BYTES = 1 << 20
 # A compressed batch is decompressed to be validated (a 64 KiB gzip block can inflate to many
 # MB): only small ones are taken on the loop, so that no decompression holds up other requests.
 INLINE_COMPRESSED_BYTES = 64 << 10
-# A fetch of at most this many bytes is read on the event loop when all of it is in the page cache
-# (_read_quick); a bigger one's copy out of the cache would hold up the other connections, so it
-# goes to an I/O thread.
-INLINE_FETCH_BYTES = 4 << 20
 
 
 def _inline(items: list[tuple[TopicPartition, bytes | None]]) -> bool:
@@ -172,31 +166,12 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
             entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
         if committed:
             entry["aborted_transactions"] = _aborted(lg, offset, lso) if entry["records"] else []
-    except WouldBlock:  # the quick read gives up: the I/O thread reads the whole fetch again
-        raise
     except Exception as e:
         code = ec.code_of(e)
         if code == ec.UNKNOWN_SERVER_ERROR:
             raise
         entry.update(error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
     return entry
-
-
-def _read_quick(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
-                committed: bool) -> tuple[list[dict[str, Any]], int] | None:
-    """``_read_all`` on the event loop's thread when every byte it reads is in the page cache and
-    the fetch is small, else None, having answered nothing. The hand-off to an I/O thread and back
-    held up every fetch of a consumer, which waits for each answer (cached_read.py;
-    bench/results/kafka_perf.md). Reads take no lock, so nothing else here waits.
-    read_committed reads the transaction indexes, whose reads are not no-wait reads: those
-    fetches stay on the I/O thread."""
-    if committed or sum(min(p["partition_max_bytes"], max_bytes) for _, p in wanted) > INLINE_FETCH_BYTES:
-        return None
-    try:
-        with no_wait():
-            return _read_all(ctx, wanted, max_bytes, committed)
-    except WouldBlock:
-        return None
 
 
 def _read_all(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
@@ -219,9 +194,8 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
         deadline = time.monotonic() + max(0, req["max_wait_ms"]) / 1000.0
         fetch_max = ctx.settings.fetch_max_bytes
         while True:
-            limit = max(0, min(req["max_bytes"], fetch_max))
-            read = _read_quick(ctx, wanted, limit, committed)
-            results, total = read if read is not None else await ctx.run(_read_all, ctx, wanted, limit, committed)
+            results, total = await ctx.run(_read_all, ctx, wanted, max(0, min(req["max_bytes"], fetch_max)),
+                                           committed)
             left = deadline - time.monotonic()
             # no partitions: nothing to wait for, so Kafka answers at once. The wait on none
             # returned at once, and this loop spun, reading again, until max_wait_ms
