@@ -186,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 for server in SERVERS:
                     create_topic(dist, bootstrap[server], case.topic)
             # round -1 warms both up and is not counted: every case once on each server (Kafka's
-            # JIT compiles each case's paths over its first runs: alone, after one 1,000-byte warm-up
-            # run, its 100-byte default-batch rate rose 25.6 -> 33.6 -> 43.2 MB/s over three)
+            # JIT compiles each case's paths over its first runs: kafka_perf.md's reading)
             for r in range(-1, args.rounds):
                 counted = r >= 0
                 label = f"round {r}" if counted else "warm-up"

@@ -27,8 +27,8 @@ The keys aggregate (``groupBy(key).agg(max(p))``, job.py), from the same bytes:
   to a whole number of waves (a multiple of the cores), so no task runs alone at the stage's end;
 - adaptive execution does not coalesce those partitions
   (``spark.sql.adaptive.coalescePartitions.enabled`` false): it merged a 10M-key backlog's 14
-  into 5 tasks on 2 cores, 3 waves of which the last kept one core idle, and that stage took
-  1.44x less time on 2 cores than on one instead of 1.66x (bench/results/spark_cores.md).
+  into 5 tasks on 2 cores, 3 waves of which the last kept one core idle (the stage times with
+  and without: bench/results/spark_cores.md).
 
 Measured in bench/results/spark_scaling.md.
 
