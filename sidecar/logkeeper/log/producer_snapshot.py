@@ -109,6 +109,11 @@ def decode(data: bytes, path: Path) -> list[SnapshotEntry]:
     return [SnapshotEntry(*e) for e in _ENTRY.iter_unpack(memoryview(data)[_HEAD.size:])]
 
 
+def read(path: Path) -> list[SnapshotEntry]:
+    """The entries of the snapshot file ``path`` (CorruptSnapshotError when it is not one)."""
+    return decode(path.read_bytes(), path)
+
+
 def entries_of(state: ProducerStateManager) -> list[SnapshotEntry]:
     """One entry per producer: its epoch, last batch, timestamp and open transaction."""
     out = []
@@ -234,7 +239,7 @@ def restore(directory: Path, segments: LogSegments, log_end_offset: int,
     _delete_above(directory, log_end_offset, [found[o] for o in plan.above])
     for offset in plan.candidates:
         try:
-            state = state_from(decode(found[offset].read_bytes(), found[offset]))
+            state = state_from(read(found[offset]))
         except CorruptSnapshotError as e:
             log.warning("deleting a producer snapshot that cannot be read: %s", e)
             _delete([found[offset]], directory)

@@ -154,7 +154,7 @@ def _note_snapshots(d: Path, bases: list[int], log_end: int | None, report: Veri
     plan = producer_snapshot.load_plan(found, bases, log_end)
     for offset in plan.strays:
         try:
-            producer_snapshot.decode(found[offset].read_bytes(), found[offset])
+            producer_snapshot.read(found[offset])
         except producer_snapshot.CorruptSnapshotError as e:
             report.notes.append(f"{e}; at no segment's base offset: the next load deletes it")
     for offset in plan.above:
@@ -163,7 +163,7 @@ def _note_snapshots(d: Path, bases: list[int], log_end: int | None, report: Veri
     valid_found = False
     for offset in plan.candidates:
         try:
-            producer_snapshot.decode(found[offset].read_bytes(), found[offset])
+            producer_snapshot.read(found[offset])
         except producer_snapshot.CorruptSnapshotError as e:
             report.notes.append(f"{e}; " + ("not read while a later snapshot is valid" if valid_found else
                                             "the next load deletes it and reads an older one or the segments"))
