@@ -28,7 +28,7 @@ import pytest
 
 from .cluster import ControlPlane, read_tools
 from .kube import TIMINGS, Helm, Kubectl, diagnostics, mark
-from .realnode import NODE_IP, RealNode
+from .realnode import NODE_IP, RealNode, host_lock
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "e2e"  # the LogVolumes'
@@ -81,6 +81,11 @@ def print_versions(cp: ControlPlane, node: RealNode, env: dict[str, str], kubect
 
 @pytest.fixture(scope="session")
 def cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
+    with host_lock():
+        yield from _cluster(env)
+
+
+def _cluster(env: dict[str, str]) -> Iterator[tuple[ControlPlane, RealNode]]:
     work = Path(tempfile.mkdtemp(prefix="lk-e2e-"))
     # kube-apiserver on the node's IP (the pod network's bridge), published as the kubernetes
     # Service's endpoint: kube-proxy routes 10.96.0.1 to it, so the operator's pod reaches it as in
