@@ -11,7 +11,6 @@ Run: ``.venv/bin/python bench/bench_log.py [--recovery-mb 1024] [--out bench/res
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import statistics
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from side_by_side import machine, publish
+from side_by_side import command_and_date, machine, publish
 
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -121,10 +120,9 @@ def main() -> None:
     lines = [
         "# Log benchmarks",
         "",
-        f"Command: `.venv/bin/python bench/bench_log.py --batches {args.batches} --rounds {args.rounds} "
-        f"--recovery-mb {args.recovery_mb}`  ",
-        f"Date: {datetime.date.today()}  ",
-        f"Machine: {machine(unknown='unknown')}",
+        *command_and_date(f"python bench/bench_log.py --batches {args.batches} --rounds {args.rounds} "
+                          f"--recovery-mb {args.recovery_mb}"),
+        f"- machine: {machine(unknown='unknown')}",
         "",
         "## Append: 16 KiB uncompressed batches (median of rounds, page cache, no fsync)",
         "",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import random
@@ -40,7 +39,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from side_by_side import machine
+from side_by_side import command_and_date, machine
 
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.scan import scan_batches
@@ -178,8 +177,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], command: str) -> str:
     lines = [
         "# bench_sidecar_load: producers and readers over HTTP while the cleaner runs",
         "",
-        f"- command: `{command}`",
-        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        *command_and_date(command),
         f"- machine: {machine_with_libraries()}",
         f"- load: {args.producers} producers (half JSON bodies, half record batch bytes) of {args.batch} keyed "
         f"records a request over {args.keys:,} keys, {args.readers} readers (fetches of up to 256 KiB, JSON and "

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 from bench_kafka_cleaner import TOPIC, make_log_dir  # noqa: E402
-from side_by_side import command_and_date, commit, machine, parse_bench_args, publish  # noqa: E402
+from side_by_side import command_and_date, machine, parse_bench_args, publish  # noqa: E402
 
 from logkeeper.log import producer_snapshot  # noqa: E402
 from logkeeper.log.log import Log  # noqa: E402
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if can_drop_caches():
             results["cold"] = time_loads(dirs, end, args.rounds, cold=True)
     lines = ["# A log's load after a crash: with the snapshot a roll writes, and without", "",
-             *command_and_date(command), f"- commit: {commit()}",
+             *command_and_date(command),
              f"- machine: {machine(f'numpy {np.__version__}')}",
              f"- log: {segments:,} segments of at most 1 MiB, {end:,} records (W1-shaped, uncompressed); loaded "
              "as after a crash with everything flushed (no clean-shutdown marker, recovery point = log end)",
