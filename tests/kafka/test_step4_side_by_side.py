@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.side_by_side import cpu_model
+from bench.side_by_side import commit, cpu_model
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from tests.kafka.conftest import BrokerFactory
@@ -154,7 +154,7 @@ Written by `make interop` (tests/kafka/test_step4_side_by_side.py, step 4 of the
 
     make interop    # all four steps; this step alone: .venv/bin/pytest -s tests/kafka/test_step4_side_by_side.py
 
-- Date: {now}
+- Date: {now}; commit {commit()}
 - Machine: {_machine()}
 - Kafka: org.apache.kafka:kafka_2.13:{kafka.version} from Maven Central, one KRaft node on 127.0.0.1
 - Workload: {workload}; Kafka's Java producer took {produce_s:.1f} s to produce it
