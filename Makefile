@@ -154,7 +154,8 @@ kind-e2e:
 image:
 	nice bash image/build.sh
 
-# Every in-process benchmark (about 20 min on 2 cores); each writes its table to bench/results/.
+# Every in-process benchmark (about 7 min on 2 cores as root, which adds cold start-up rows); each
+# writes its table to bench/results/.
 # bench-kafka (a real broker) and the Spark benchmark have their own targets.
 bench: setup
 	$(PY) bench/bench_walk.py
@@ -168,7 +169,7 @@ bench: setup
 # Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
 # KRaft broker (bench/results/kafka_perf.md), then both log cleaners on the same >= 1 GiB
 # uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md). Each comparison prints
-# 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'. About 20 min on 2 cores.
+# 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'. About 5 min on 2 cores.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
@@ -177,7 +178,7 @@ bench-kafka: setup
 
 # The Spark compaction job (local[1], local[2], a standalone cluster of 2 one-core workers) vs
 # `logkeeper clean` (128 MiB and 2 GiB dedupe buffers) on backlogs of 1M, 4M, 10M distinct keys
-# (scratch ~3x the largest in $$TMPDIR): bench/results/spark.md and spark.svg (about 20 min on 2 cores).
+# (scratch ~3x the largest in $$TMPDIR): bench/results/spark.md and spark.svg (about 5 min on 2 cores).
 # BENCH_SPARK_ARGS="--keys 1M,4M,10M,40M" for other sizes.
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
