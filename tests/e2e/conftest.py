@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 
 from .cluster import ControlPlane, read_tools
+from .host_lock import host_lock
 from .kube import TIMINGS, Helm, Kubectl, diagnostics, mark
-from .realnode import NODE_IP, RealNode, host_lock
+from .realnode import NODE_IP, RealNode
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "e2e"  # the LogVolumes'

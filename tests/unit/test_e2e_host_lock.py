@@ -1,9 +1,10 @@
-"""The real node's host lock (tests/e2e/realnode.py): two make e2e runs on one host once shared
+"""The real node's host lock (tests/e2e/host_lock.py): two make e2e runs on one host once shared
 the bridge, the iptables chains and 10.96.0.1, and one's pods met the other's API server. A second
 run must wait for the first, and say who holds the lock."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -11,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.realnode import host_lock
+from tests.e2e.host_lock import host_lock
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
 from pathlib import Path
-from tests.e2e.realnode import host_lock
+from tests.e2e.host_lock import host_lock
 with host_lock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -35,7 +36,7 @@ def test_second_holder_times_out_naming_the_first(tmp_path: Path) -> None:
     lock = tmp_path / "node.lock"
     first = _holder(lock, 30)
     try:
-        with pytest.raises(TimeoutError, match=rf"held by pid {first.pid} in {REPO}"), \
+        with pytest.raises(TimeoutError, match=re.escape(f"held by pid {first.pid} in {REPO}")), \
                 host_lock(lock, wait_s=0.5, every_s=0.1):
             pass
     finally:
