@@ -15,7 +15,6 @@ bench/results/codec_ceiling.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import struct
 import sys
@@ -28,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from side_by_side import commit, machine_line, parse_bench_args  # noqa: E402
+from side_by_side import date_and_commit, machine_line, parse_bench_args  # noqa: E402
 
 from logkeeper.log.log import Log  # noqa: E402
 from logkeeper.log.log_config import LogConfig  # noqa: E402
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "# The codec-bound ceiling of cleaning the mixed-codec log",
         "",
         f"- command: `{command}`",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}; "
+        date_and_commit() + "; "
         f"1-minute load average {os.getloadavg()[0]:.1f}",
         f"- machine: {machine_line()}",
         f"- log: make interop step 4's workload, {args.records:,} records written by logkeeper's Log API "

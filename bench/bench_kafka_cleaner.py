@@ -25,7 +25,6 @@ Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_cleaner.py [--
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import os
 import shutil
@@ -43,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import numpy as np  # noqa: E402
 from bench_cleaner import TS, finish_log_dir, segment_bytes  # noqa: E402
 from side_by_side import (  # noqa: E402
-    commit,
+    date_and_commit,
     kernels_line,
     machine_line,
     parse_bench_args,
@@ -204,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Kafka's LogCleaner and `logkeeper clean`, uncompressed, side by side",
         "",
         f"- command: `{command}` (`make bench-kafka`)",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}",
+        date_and_commit(),
         f"- machine: {machine_line()}",
         f"- Kafka {dist.version}: one KRaft node on 127.0.0.1, one cleaner thread, dedupe buffer 128 MiB "
         "(default), log.cleaner.backoff.ms 200; its JIT warmed by a first round on `warmup` (2M records); "

@@ -28,7 +28,6 @@ Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import re
 import shutil
@@ -45,7 +44,7 @@ from typing import Any, TypeVar
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.side_by_side import commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
+from bench.side_by_side import date_and_commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import LOG4J_TOOLS, Broker, KafkaDist, fetch_kafka  # noqa: E402
 
@@ -282,7 +281,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "# Kafka's perf tools against the sidecar and against Apache Kafka",
         "",
         f"- command: `{command}` (`make bench-kafka`)",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}",
+        date_and_commit(),
         f"- machine: {machine_line()}",
         f"- tools: org.apache.kafka:kafka-tools:{version} ProducerPerformance / ConsumerPerformance, JVM "
         f"{' '.join(PERF_JVM_OPTS)}; broker: Apache Kafka {version}, one KRaft node on 127.0.0.1 (make interop's)",

@@ -34,7 +34,6 @@ Every path must keep the same number of records (checked; tests/spark checks the
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
 import logging
 import os
@@ -61,7 +60,7 @@ from bench_cleaner import (
     finish_log_dir,
     plain_read,
 )
-from side_by_side import commit, cpu_model
+from side_by_side import cpu_model, date_and_commit
 
 from logkeeper.cleaner.clean_command import run_clean
 from logkeeper.cleaner.offload_manifest import SEGMENTS_DIR, read_manifest
@@ -380,7 +379,7 @@ def main() -> None:
         "# bench_spark: the Spark compaction job vs `logkeeper clean` across backlog sizes",
         "",
         f"- command: `{command.strip()}` (this run took {elapsed / 60:.0f} min)",
-        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}",
+        date_and_commit(),
         f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
         f"numpy {np.__version__}; load average {', '.join(f'{x:.1f}' for x in load_start)} at the start, "
         f"{', '.join(f'{x:.1f}' for x in load_end)} at the end (a shared machine: other engineers' tests ran "

@@ -20,7 +20,6 @@ Run: ``.venv/bin/python bench/bench_startup.py [--partitions 1000] [--segments 3
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import statistics
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from side_by_side import commit, machine, publish
+from side_by_side import date_and_commit, machine, publish
 
 from logkeeper.log.checkpoint import RECOVERY_POINT_CHECKPOINT
 from logkeeper.log.log_dir import CLEAN_SHUTDOWN_FILE
@@ -128,7 +127,7 @@ def main() -> None:
         "",
         f"- command: `.venv/bin/python bench/bench_startup.py --partitions {n} --segments {args.segments} "
         f"--segment-kb {args.segment_kb} --rounds {args.rounds}{' --cold' if args.cold else ''}`",
-        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit()}",
+        date_and_commit(),
         f"- machine: {machine(f'numpy {np.__version__}', unknown='unknown')}",
         "",
         f"directory: {n} partitions x {args.segments} segments ({args.segment_kb} KiB segments, the last one "

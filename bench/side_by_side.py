@@ -56,9 +56,13 @@ def parse_bench_args(ap: argparse.ArgumentParser, script: str,
 
 
 def command_and_date(command: str) -> list[str]:
-    """A results file's command line, and its date (UTC) and commit line."""
-    return [f"- command: `{command.strip()}`",
-            f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}"]
+    """A results file's command line, and its date and commit line."""
+    return [f"- command: `{command.strip()}`", date_and_commit()]
+
+
+def date_and_commit() -> str:
+    """A results file's date (UTC) and commit line."""
+    return f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit()}"
 
 
 def publish(lines: list[str], path: Path) -> None:
