@@ -16,7 +16,8 @@ partition back (read_uncommitted and read_committed); the broker stops cleanly. 
   they leave committed are exactly what the read_committed consumer read;
 - every producer snapshot the broker wrote (``.snapshot``) reads with logkeeper's codec, and a
   log loaded from the latest (a copy of the partition) has the producer state a scan of every
-  segment gives (the coordinator epoch aside, which only Kafka tracks).
+  segment gives, field for field: the coordinator epochs too, which a scan reads from the
+  broker's markers and Kafka's snapshot holds as its transaction coordinator wrote them.
 """
 
 from __future__ import annotations
@@ -48,16 +49,16 @@ def _fail(what: str, *outputs: str) -> None:
     pytest.fail(f"{STEP}: {what}\n" + "\n".join(outputs), pytrace=False)
 
 
-def _producer_entries(partition: Path, copy: Path, *, keep_snapshots: bool) -> list[tuple[int, ...]]:
+def _producer_entries(partition: Path, copy: Path, *, keep_snapshots: bool) -> list[producer_snapshot.SnapshotEntry]:
     """Producer state of a copy of ``partition`` loaded by logkeeper (from Kafka's latest snapshot,
-    or from a scan of every segment), as snapshot entries less the coordinator epoch."""
+    or from a scan of every segment), as snapshot entries."""
     shutil.copytree(partition, copy)
     if not keep_snapshots:
         for p in copy.glob("*.snapshot"):
             p.unlink()
     lg = Log(copy, LogConfig.from_props({"cleanup.policy": "compact"}))
     try:
-        return [e[:6] + e[7:] for e in producer_snapshot.entries_of(lg.producer_state)]
+        return producer_snapshot.entries_of(lg.producer_state)
     finally:
         lg.close()
 
@@ -73,6 +74,8 @@ def _check_snapshots(partition: Path, work: Path) -> int:
     if loaded != scanned or not scanned:
         _fail(f"the producer state from Kafka's snapshot {found[max(found)].name} differs from a scan's:\n"
               f"snapshot {loaded}\nscan     {scanned}")
+    if not any(e.coordinator_epoch >= 0 for e in loaded):  # else the comparison above proves nothing of it
+        _fail(f"no producer of Kafka's snapshot {found[max(found)].name} has a coordinator epoch: {loaded}")
     return len(found)
 
 

@@ -434,3 +434,35 @@ def test_a_load_forgets_the_producers_of_a_snapshot_that_expired_since(tmp_path:
     clock.advance(1)
     again = make_log(tmp_path, clock=clock, producer_expiration_ms=DAY)
     assert set(again.producer_state.producers) == {TXN} and again.last_stable_offset == first_open
+
+
+def _marker(lg: Log, control: ControlType, coordinator_epoch: int) -> None:
+    lg.append(build_marker_batch(control, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=TXN,
+                                 producer_epoch=3, coordinator_epoch=coordinator_epoch), assign_offsets=False)
+
+
+def test_a_producer_keeps_the_coordinator_epoch_of_its_last_marker(tmp_path: Path) -> None:
+    """Kafka's producer state entry takes each marker's coordinator epoch (appendEndTxnMarker), and
+    its snapshot carries it: the state after appends, in the snapshot and from a scan agree."""
+    lg = make_log(tmp_path)
+    lg.append(_txn_batch(0))
+    _marker(lg, ControlType.COMMIT, 5)
+    lg.append(_txn_batch(2))
+    _marker(lg, ControlType.ABORT, 9)
+    lg.append(_txn_batch(4))  # a new transaction: the last marker's epoch stays
+    assert lg.producer_state.producers[TXN].coordinator_epoch == 9
+    _close_cleanly(lg)
+    (snapshot,) = lg.dir.glob("*.snapshot")
+    assert [e.coordinator_epoch for e in snap.read(snapshot) if e.producer_id == TXN] == [9]
+    snapshot.unlink()
+    scanned = make_log(tmp_path)  # no snapshot: the state comes from the segments
+    assert scanned.producer_state.producers[TXN].coordinator_epoch == 9
+    scanned.close()
+
+
+def test_an_empty_transactions_marker_sets_the_coordinator_epoch_too(tmp_path: Path) -> None:
+    """A marker with no open transaction (the coordinator aborting an empty one) still counts."""
+    lg = make_log(tmp_path)
+    _marker(lg, ControlType.ABORT, 4)
+    assert lg.producer_state.producers[TXN].coordinator_epoch == 4
+    lg.close()

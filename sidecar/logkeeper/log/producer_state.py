@@ -47,7 +47,7 @@ from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..index.txn_index import AbortedTxn
 from ..records.batch import BatchHeader
 from ..records.batch_format import CONTROL_FLAG, TRANSACTIONAL_FLAG
-from ..records.control import ControlType, control_record_type
+from ..records.control import ControlType, EndTxnMarker, end_txn_marker
 from ..records.scan import BatchTable
 from .assign import LogAppendInfo
 
@@ -68,10 +68,10 @@ class CompletedTxn:
     is_aborted: bool
 
 
-def control_type_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> ControlType | None:
-    """COMMIT or ABORT for a control batch's first record; None for other control types."""
-    ctype = control_record_type(memoryview(batch)[:header.size], header.attributes, header.record_count)
-    return ControlType(ctype) if ctype in (0, 1) else None
+def end_txn_marker_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> EndTxnMarker | None:
+    """The COMMIT or ABORT marker of a control batch (``batch`` may run on past it); None for
+    other control types."""
+    return end_txn_marker(memoryview(batch)[:header.size], header.attributes, header.record_count)
 
 
 BATCHES_RETAINED = 5
@@ -99,7 +99,7 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=BATCHES_RETAINED))
     last_timestamp: int = -1  # the max timestamp of its last batch (Kafka expires producers by it)
-    coordinator_epoch: int = -1  # only as a snapshot of Kafka's gave it (producer_snapshot.py)
+    coordinator_epoch: int = -1  # of the producer's last marker (on_batch), as Kafka's entry keeps it
 
     @property
     def last_seq(self) -> int:
@@ -172,18 +172,23 @@ class ProducerStateManager:
         first = self.first_unstable_offset()
         return log_end_offset if first is None else min(first, log_end_offset)
 
-    def on_batch(self, header: BatchHeader, control: ControlType | None) -> CompletedTxn | None:
-        """Update from one appended batch; return the transaction a marker completes."""
+    def on_batch(self, header: BatchHeader, marker: EndTxnMarker | None) -> CompletedTxn | None:
+        """Update from one appended batch (``marker``: a control batch's, end_txn_marker_of), after
+        on_producer_batch saw it; return the transaction a marker completes."""
         if not header.is_transactional or not header.has_producer_id:
             return None
         pid = header.producer_id
         if header.is_control:
-            if control is None:
+            if marker is None:
                 return None
+            entry = self.producers.get(pid)
+            if entry is not None and marker.coordinator_epoch is not None:
+                # every marker, of an empty transaction too (Kafka's appendEndTxnMarker)
+                entry.coordinator_epoch = marker.coordinator_epoch
             first = self.ongoing.pop(pid, None)
             if first is None:
                 return None  # an empty transaction: nothing to abort or index
-            return CompletedTxn(pid, first, header.base_offset, control == ControlType.ABORT)
+            return CompletedTxn(pid, first, header.base_offset, marker.control_type == ControlType.ABORT)
         self.ongoing.setdefault(pid, header.base_offset)
         return None
 
@@ -212,8 +217,16 @@ class ProducerStateManager:
     def on_appended(self, data: bytes | bytearray | memoryview, request: ValidatedRequest,
                     bases: list[int]) -> list[AbortedTxn]:
         """A request's batches were appended at ``bases`` (``data``: the bytes written): the
-        transactions their batches open and their markers end, then the producers' sequences.
+        producers' sequences, then the transactions their batches open and their markers end.
         Returns the entries of the transactions aborted, for the transaction index."""
+        if request.has_producer_id:  # first: a marker's coordinator epoch goes on its producer's entry
+            for b, base in zip(request.batches, bases):
+                h = b.header
+                if h.producer_id >= 0:
+                    self.on_producer_batch(h.producer_id, h.producer_epoch, h.base_sequence,
+                                           last_sequence(h.base_sequence, h.last_offset_delta), base,
+                                           base + h.last_offset_delta, is_control=h.is_control,
+                                           timestamp=h.max_timestamp)
         aborted = []
         if request.has_transactional:
             mv = memoryview(data)
@@ -222,17 +235,9 @@ class ProducerStateManager:
                     continue
                 header = b.header._replace(base_offset=base)
                 raw = mv[b.position:b.position + header.size]
-                done = self.on_batch(header, control_type_of(raw, header) if header.is_control else None)
+                done = self.on_batch(header, end_txn_marker_of(raw, header) if header.is_control else None)
                 if done is not None and done.is_aborted:
                     aborted.append(self.aborted_entry(done))
-        if request.has_producer_id:
-            for b, base in zip(request.batches, bases):
-                h = b.header
-                if h.producer_id >= 0:
-                    self.on_producer_batch(h.producer_id, h.producer_epoch, h.base_sequence,
-                                           last_sequence(h.base_sequence, h.last_offset_delta), base,
-                                           base + h.last_offset_delta, is_control=h.is_control,
-                                           timestamp=h.max_timestamp)
         return aborted
 
     def aborted_entry(self, txn: CompletedTxn) -> AbortedTxn:
@@ -284,8 +289,8 @@ def rebuild_producer_state(segments: Iterable[LogSegment], state: ProducerStateM
             pos, size = int(table.position[i]), int(table.size[i])
             raw = seg.log.read(pos, size)
             header = BatchHeader.parse(raw)
-            control = control_type_of(raw, header) if header.is_control else None
-            done = state.on_batch(header, control)
+            marker = end_txn_marker_of(raw, header) if header.is_control else None
+            done = state.on_batch(header, marker)
             if done is not None and done.is_aborted and done.last_offset not in indexed:
                 seg.txn_index.append(state.aborted_entry(done))
     return state

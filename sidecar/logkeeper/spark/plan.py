@@ -52,7 +52,7 @@ from ..log import names
 from ..log.checkpoint import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
-from ..log.producer_state import ProducerStateManager, control_type_of
+from ..log.producer_state import ProducerStateManager, end_txn_marker_of
 from ..log.segment import LogSegment
 from ..log.segments import LogSegments
 from ..records.batch import BatchHeader
@@ -122,7 +122,7 @@ class PartitionSnapshot:
             for i in np.flatnonzero(table.attributes & TRANSACTIONAL_FLAG).tolist():
                 raw = seg.log.read(int(table.position[i]), int(table.size[i]))
                 header = BatchHeader.parse(raw)
-                state.on_batch(header, control_type_of(raw, header) if header.is_control else None)
+                state.on_batch(header, end_txn_marker_of(raw, header) if header.is_control else None)
         return state.last_stable_offset(log_end_offset)
 
 
