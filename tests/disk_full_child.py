@@ -5,8 +5,9 @@
 fill      t-0 in the first dir, t-1 in the second; t-0 appended to until the first dir fails;
           prints {"acked": {partition: log end offset}, "error": ...}, then SIGKILLs itself
           (no clean shutdown: the active segment's index stays untrimmed, sparse to 10 MiB).
-restart   loads both dirs, prints the dirs' state and offline partitions, appends to and reads
-          t-1, prints {"served": n}, shuts down cleanly.
+restart   loads both dirs, prints the dirs' state, reads t-0 ({"leo", "bad"}), appends to t-0
+          until it fails ({"refused", "offline", ...}), appends to and reads t-1, prints
+          {"served": n}, shuts down cleanly.
 check     prints {"leo": {partition: log end offset}, "bad": [offsets whose record is wrong]}.
 """
 
@@ -81,13 +82,22 @@ def main(full: Path, healthy: Path, phase: str) -> None:
         emit(acked=acked, error=error)
         os.kill(os.getpid(), signal.SIGKILL)
     elif phase == "restart":
-        emit(online=[str(p) for p in m.live_log_dirs], offline=[str(p) for p in m.offline_log_dirs],
+        emit(online=[str(p) for p in m.live_log_dirs], offline=[str(p) for p in m.offline_log_dirs])
+        full_log = m.get_log(TPS[0])
+        assert full_log is not None
+        got = read_all(m, TPS[0], full_log.log_end_offset)  # the full disk's records are served
+        emit(leo=full_log.log_end_offset, bad=[o for o in range(full_log.log_end_offset)
+                                               if got.get(o) != value(TPS[0], o)])
+        refused = ""
+        for _ in range(1000):  # the disk is still full: an append that needs a block fails
+            try:
+                append(m, TPS[0])
+            except KafkaStorageError as e:
+                refused = str(e)
+                break
+        emit(refused=refused, offline=[str(p) for p in m.offline_log_dirs],
              errors={s.path: s.error for s in m.dir_status()},
              offline_partitions={str(tp): str(o.log_dir.path) for tp, o in m.offline_partitions().items()})
-        try:  # its partition is known, offline
-            m.append(TPS[0], build_batch([Record(0, 0, None, value(TPS[0], 0))]))
-        except KafkaStorageError as e:
-            emit(refused=str(e))
         for _ in range(5):
             append(m, TPS[1])
         lg = m.get_log(TPS[1])

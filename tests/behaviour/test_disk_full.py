@@ -9,7 +9,8 @@ elsewhere, see tests/disk.py), next to a healthy dir on the test's own disk.
   After the disk is grown (space freed), a restart serves every acknowledged record of both.
 * As processes (tests/disk_full_child.py), the issue's reproduction: fill, SIGKILL, restart. The
   restart must not die of a signal (it died of SIGBUS, exit 135, rebuilding an index on the full
-  dir); it takes the full dir offline and serves the healthy one; after the repair, everything
+  dir); it loads both dirs and serves what the full one holds, takes the full dir offline at the
+  first append that needs space, and serves the healthy one; after the repair, everything
   acknowledged is back.
 """
 
@@ -136,15 +137,19 @@ def test_kill_on_a_full_disk_then_restart_serves_the_healthy_dir(tmp_path: Path)
         assert str(full) in out[0]["error"] and ENOSPC in out[0]["error"]
         assert acked["t-0"] > 0
 
-        # the restart on the full disk: recovery must not fault (it died of SIGBUS, exit 135)
+        # the restart on the full disk: recovery must not fault (it died of SIGBUS, exit 135), and
+        # needs no free space (the untrimmed index opens without allocating): both dirs load, and
+        # every acknowledged record of the full one is served
         done, out = run_child(full, healthy, "restart")
         assert done.returncode == 0, f"{signal_name(done.returncode)}: {done.stderr[-2000:]}"
-        state = out[0]
-        assert state["offline"] == [str(full)] and state["online"] == [str(healthy)]
-        assert ENOSPC in state["errors"][str(full)]
+        assert out[0] == {"online": [str(full), str(healthy)], "offline": []}
+        assert out[1]["bad"] == [] and out[1]["leo"] >= acked["t-0"]
+        # the first append that needs a block takes the full dir offline; the healthy one serves
+        state = out[2]
+        assert str(full) in state["refused"] and ENOSPC in state["refused"]
+        assert state["offline"] == [str(full)] and ENOSPC in state["errors"][str(full)]
         assert state["offline_partitions"] == {"t-0": str(full)}
-        assert str(full) in out[1]["refused"]
-        assert out[2]["bad"] == [] and out[2]["served"] == out[2]["leo"] == acked["t-1"] + 50
+        assert out[3]["bad"] == [] and out[3]["served"] == out[3]["leo"] == acked["t-1"] + 50
 
         resize_tmpfs(mnt, "64m")  # the repair
         done, out = run_child(full, healthy, "check")

@@ -5,8 +5,8 @@ allocate a page; on a full disk it cannot and the process dies of SIGBUS. The in
 only blocks it allocated with ``posix_fallocate`` (abstract_index.py). Two kinds of test:
 
 * fault injection: ``os.posix_fallocate`` fails (ENOSPC, EIO) at each point where the index
-  allocates (create, growing past the allocated prefix by append and by bulk append, opening an
-  untrimmed file), and the index raises the OSError and stays usable;
+  allocates (create, growing past the allocated prefix by append and by bulk append), and the
+  index raises the OSError and stays usable; opening a file left untrimmed allocates nothing;
 * a real full tmpfs (mounted by the test as root, skipped with the reason elsewhere), in a
   subprocess so that a regression shows as "killed by SIGBUS" instead of killing the test run.
 """
@@ -222,16 +222,40 @@ def untrimmed(path: Path, entries: int, length: int) -> Path:
     return path
 
 
-def test_an_untrimmed_file_is_allocated_before_it_is_mapped(tmp_path: Path, fallocate: FailingFallocate) -> None:
+def _first_hole(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE)
+    finally:
+        os.close(fd)
+
+
+def test_an_untrimmed_file_opens_without_allocating_and_ends_at_its_first_hole(
+        tmp_path: Path, fallocate: FailingFallocate) -> None:
+    """A disk still full after the kill: the index opens, its entries the slots before the hole
+    (the block that holds the entries, zeros after them, as Kafka would count them)."""
     path = untrimmed(tmp_path / "u.index", 3, MAX_SIZE)
+    hole = _first_hole(path)
+    assert 3 * 8 <= hole < MAX_SIZE
     fallocate.armed = True
-    with pytest.raises(OSError) as e:
-        OffsetIndex(path, 0, MAX_SIZE)
-    assert e.value.errno == fallocate.err and fallocate.calls == [(0, MAX_SIZE)]
+    idx = OffsetIndex(path, 0, MAX_SIZE)
+    assert fallocate.calls == []
+    assert idx.entries == hole // 8 and idx.max_entries == MAX_SIZE // 8
+    assert idx.entry(2) == OffsetPosition(2, 20) and idx.entry(3) == OffsetPosition(0, 0)
+    idx.truncate()  # recovery's rebuild: the entries go back where blocks are
+    for i in range(3):
+        idx.append(i, i * 10)
+    assert fallocate.calls == [] and idx.lookup(2) == OffsetPosition(2, 20)
+    for i in range(3, hole // 8):
+        idx.append(i, i * 10)
+    with pytest.raises(OSError) as e:  # past the hole: allocated first, so the full disk says so
+        idx.append(hole // 8, 0)
+    chunk_end = -(-(hole + 8) // ALLOCATION_CHUNK_BYTES) * ALLOCATION_CHUNK_BYTES
+    assert e.value.errno == fallocate.err and fallocate.calls == [(hole, chunk_end - hole)]
     fallocate.armed = False
-    idx = OffsetIndex(path, 0, MAX_SIZE)  # taken as full of entries, as in Kafka; recovery rebuilds it
-    assert idx.entries == MAX_SIZE // 8 and idx.entry(2) == OffsetPosition(2, 20)
-    idx.close_handler()
+    idx.append(hole // 8, 0)
+    idx.close()
+    assert path.stat().st_size == (hole // 8 + 1) * 8
 
 
 def test_a_trimmed_file_is_mapped_without_allocating(tmp_path: Path, fallocate: FailingFallocate) -> None:
@@ -248,7 +272,8 @@ def test_read_only_index_of_an_untrimmed_file_reads_without_mapping_holes(tmp_pa
     fallocate.armed = True
     idx = OffsetIndex(path, 0, MAX_SIZE, writable=False)
     assert fallocate.calls == []
-    assert idx.entries == 8192 and idx.entry(1) == OffsetPosition(1, 10) and idx.last_offset == 0
+    assert idx.entries == _first_hole(path) // 8  # as a writable index counts them
+    assert idx.entry(1) == OffsetPosition(1, 10) and idx.last_offset == 0
     idx.close()
     assert path.stat().st_size == 64 * 1024  # read-only: the file is never changed
 
@@ -319,10 +344,16 @@ CHILD = textwrap.dedent("""
     expect_enospc("lazy-append", lambda: lazy.append(0, 0))
     lazy_time = TimeIndex(root / "lazy.timeindex", 0, size, lazy_blocks=True)
     expect_enospc("lazy-append-time", lambda: lazy_time.maybe_append(1000, 0))
-    expect_enospc("open-untrimmed", lambda: OffsetIndex(root / "untrimmed.index", 0, size))
     ro = OffsetIndex(root / "untrimmed.index", 0, size, writable=False)
-    assert ro.entry(0).position == 7 and ro.last_offset == 0  # the hole reads as zeros
+    assert ro.entry(0).position == 7 and ro.last_offset == 0  # zeros after the entry, up to the hole
     print("read-only ok", flush=True)
+    untrimmed = OffsetIndex(root / "untrimmed.index", 0, size)  # nothing to allocate: it opens
+    assert untrimmed.entry(0).position == 7 and 0 < untrimmed.entries < size // 8
+    untrimmed.truncate()  # recovery's rebuild, in the blocks the file has
+    untrimmed.append(0, 7)
+    print("open-untrimmed ok", flush=True)
+    expect_enospc("untrimmed-append", lambda: [untrimmed.append(i, i) for i in range(1, size // 8)])
+    untrimmed.close()
     growing.close()  # a trim frees blocks
     print("done", flush=True)
 """)
@@ -336,4 +367,5 @@ def test_a_full_tmpfs_gives_enospc_not_sigbus(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout.split("\n")[:-1] == ["append ENOSPC", "create ENOSPC", "create-time ENOSPC",
                                                 "lazy-append ENOSPC", "lazy-append-time ENOSPC",
-                                                "open-untrimmed ENOSPC", "read-only ok", "done"]
+                                                "read-only ok", "open-untrimmed ok", "untrimmed-append ENOSPC",
+                                                "done"]

@@ -20,7 +20,8 @@ Life cycle (Kafka's rules)
 * A file that does not exist is created and preallocated (sparse zeros) to ``max_index_size``
   rounded down to a multiple of the entry size; it starts with 0 entries.
 * A file that exists is mapped at its current length and is assumed valid: its entry count is
-  ``length // entry_size`` (a trimmed file is exactly full). ``sanity_check`` catches the obvious
+  ``length // entry_size`` (a trimmed file is exactly full), or, for a file with holes (left
+  untrimmed by a kill), the slots before its first hole. ``sanity_check`` catches the obvious
   corruptions; a corrupt index is rebuilt from its segment, never repaired.
 * ``trim_to_valid_size`` (on close and on roll) cuts the file to ``entries * entry_size``;
   ``resize`` grows it back (e.g. when an old segment becomes active again).
@@ -44,11 +45,15 @@ never covers a hole:
   allocated at creation and the prefix grows a page at a time: trimming blocks allocated and never
   written frees them (on a disk mounted with ``discard``, discards them too); with pages, a trim
   cuts only holes and the tail of the last written block.
-* A writable index opened on an existing file with holes (an active segment's index left
-  untrimmed by a crash) allocates the whole file before mapping it: every slot counts as an
-  entry until recovery truncates it, so every slot may be read.
-* A read-only index of a file with holes reads the file into memory (``pread`` returns zeros for a
-  hole without allocating) instead of mapping it.
+* An existing file with holes (an active segment's index left untrimmed by a kill) counts its
+  entries up to its first hole: its blocks are allocated chunk by chunk from the start, so no
+  entry was ever stored past it. Kafka counts every slot, the zeros of the holes too; those are
+  no entries either, and recovery rebuilds that segment's indexes anyway. So opening it needs no
+  free space, and a disk still full after the kill loads: a writable index maps the allocated
+  prefix and grows it as above. (Allocating the whole file first took that directory offline
+  until ``segment.index.bytes`` were free.)
+* A read-only index of a file with holes reads its entries into memory instead of mapping them:
+  a writer may trim the file under a reader (the active segment's index, at a roll).
 
 The OSError reaches the caller like any failed write, and the LogManager takes that log dir
 offline (``io_guard``).
@@ -132,9 +137,11 @@ class AbstractIndex(ABC, Generic[EntryT]):
         # them allocated (after a trim the map may reach on to the end of that page: resize)
         self._mapped = 0
         self._max_entries = 0
+        # bytes of the file that hold entries: none in a new file; an existing one is taken as
+        # full of valid entries up to its first hole (module docstring)
+        self._filled = 0
         self.created = self._open_and_map()  # the file did not exist: this index made it
-        # A new file has no entries; an existing file is taken as full of valid entries.
-        self._entries = 0 if self.created else self._max_entries
+        self._entries = self._filled // self.entry_size
         self._refresh_last_entry()
 
     # ----------------------------------------------------------------------------------------
@@ -166,13 +173,12 @@ class AbstractIndex(ABC, Generic[EntryT]):
                     allocate_blocks(fd, 0, allocated)  # on a full disk, fail here rather than at an append
                 else:
                     length = os.fstat(fd).st_size
-                    allocated = length
-                    if first_hole(fd, length) < length:
-                        if self._writable:
-                            allocate_blocks(fd, 0, length)
-                        else:
-                            self._copy = os.pread(fd, length, 0)
-                            allocated = 0
+                    # a file with holes was left untrimmed by a kill: its entries end at the first
+                    # hole (module docstring), and nothing is allocated to open it
+                    allocated = self._filled = first_hole(fd, length)
+                    if allocated < length and not self._writable:
+                        self._copy = os.pread(fd, allocated, 0)
+                        allocated = 0
             except BaseException:
                 self._closed = True
                 if created:  # a half-made file would be taken as full of entries next time
@@ -193,7 +199,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
         mmap cannot map 0 bytes, so an index with nothing allocated has no map.
         """
         try:
-            # a read-only copy is the file as it was read (a writer may trim it meanwhile)
+            # a read-only copy is the file's entries as they were read (a writer may trim it meanwhile)
             if self._copy is not None:
                 length = len(self._copy)
             elif length is None:
