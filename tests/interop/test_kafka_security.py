@@ -6,7 +6,10 @@ without it), self-signed for 127.0.0.1."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -188,3 +191,67 @@ def test_ssl_client_auth_required_admits_only_clients_with_a_certificate(tmp_pat
         admin = AdminClient({**base, "ssl.certificate.location": str(client_cert),
                              "ssl.key.location": str(client_dir / "key.pem")})
         assert "mtls" in admin.list_topics(timeout=30).topics
+
+
+def _swap_secret(mount: Path, cert: Path, key: Path, version: int) -> None:
+    """Put a certificate and key into ``mount`` as the kubelet updates a Secret volume (its
+    AtomicWriter): the files in a new timestamped directory, ``..data`` renamed to point at it,
+    each name a link through ``..data``."""
+    stamped = mount / f"..2026_11_27_{version:02d}"
+    stamped.mkdir()
+    shutil.copy(cert, stamped / "tls.crt")
+    shutil.copy(key, stamped / "tls.key")
+    (mount / "..data_tmp").symlink_to(stamped.name)
+    os.replace(mount / "..data_tmp", mount / "..data")
+    for name in ("tls.crt", "tls.key"):
+        if not (mount / name).is_symlink():
+            (mount / name).symlink_to(f"..data/{name}")
+
+
+def _served(bootstrap: str, ca: Path) -> bytes:
+    """The certificate a new TLS handshake gets, verified against ``ca``
+    (ssl.SSLCertVerificationError when it is another)."""
+    host, port = bootstrap.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection((host, int(port)), timeout=10) as sock, \
+            ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
+    """cert-manager renews the certificate and the kubelet swaps the mounted Secret's files: new
+    handshakes get the new certificate, a connection made before keeps working, and a renewal
+    whose files do not load (a certificate without its key) keeps the last good one, logged."""
+    made = {}
+    for name in ("old", "new", "bad"):
+        (tmp_path / name).mkdir()
+        made[name] = make_cert(tmp_path / name)
+    mount = tmp_path / "secret"
+    mount.mkdir()
+    _swap_secret(mount, made["old"], tmp_path / "old" / "key.pem", 1)
+    config = {"sidecar": {"kafka.listen": ["SSL://127.0.0.1:0"],
+                          "kafka.ssl.certificate.location": str(mount / "tls.crt"),
+                          "kafka.ssl.key.location": str(mount / "tls.key")},
+              "topics": {"renew": {"partitions": 1}}}
+    with SidecarProcess(tmp_path / "sidecar", config) as proc:
+        bootstrap = proc.kafka_bootstrap
+        assert _served(bootstrap, made["old"]) == ssl.PEM_cert_to_DER_cert(made["old"].read_text())
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "security.protocol": "SSL",
+                                "ssl.ca.location": str(made["old"])})
+        producer.produce("renew", b"before")
+        assert producer.flush(30) == 0
+
+        _swap_secret(mount, made["new"], tmp_path / "new" / "key.pem", 2)
+        assert _served(bootstrap, made["new"]) == ssl.PEM_cert_to_DER_cert(made["new"].read_text())
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _served(bootstrap, made["old"])
+        producer.produce("renew", b"after")  # over the connection made before the renewal
+        assert producer.flush(30) == 0
+
+        _swap_secret(mount, made["bad"], tmp_path / "new" / "key.pem", 3)  # the key is not the certificate's
+        for _ in range(3):
+            assert _served(bootstrap, made["new"]) == ssl.PEM_cert_to_DER_cert(made["new"].read_text())
+        assert proc.output().count("the changed TLS files do not load") == 1, proc.output()
+        assert "loaded again" in proc.output()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from logkeeper.protocol.listener import tls_context
 from logkeeper.protocol.sasl import UsersFile
+from logkeeper.protocol.tls import tls_context
 from logkeeper.server.config import config_from_document
 from logkeeper_operator import builders, reconcile, schemas
 from logkeeper_operator.names import KAFKA_SECRETS_DIR, KEY_SECRET

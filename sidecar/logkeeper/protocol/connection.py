@@ -60,6 +60,7 @@ from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_he
 from .memory_pool import MemoryPool, allocate_frame, free_frame
 from .primitives import MalformedError
 from .sasl import Mechanism, SaslFailure, UsersFile, server_for
+from .tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Endpoint:
     """What one kafka.listen address serves: its security protocol, TLS context and advertised address."""
 
     protocol: str
-    ssl_context: ssl.SSLContext | None
+    tls: ServerTls | None  # SSL and SASL_SSL: the certificate, loaded again when it changes
     advertised: tuple[str, int] | None
 
     @property
@@ -146,7 +147,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._view: memoryview = memoryview(self._head)
         self._filled = 0
         self._spill = bytearray()
-        self._reading_ready = not endpoint.ssl_context  # False until start_tls hands over its transport
+        self._reading_ready = endpoint.tls is None  # False until start_tls hands over its transport
         self._wakeup = asyncio.Event()
         self._closed = False
         self._eof = False
@@ -189,7 +190,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # connection closes (TLS has no half-close: asyncio closes it whatever we answer)
         self._eof = True
         self._wakeup.set()
-        return self.endpoint.ssl_context is None
+        return self.endpoint.tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -252,7 +253,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # ------------------------------------------------------------------ the connection's life
     async def _run(self) -> None:
         try:
-            if self.endpoint.ssl_context is not None and not await self._start_tls():
+            if self.endpoint.tls is not None and not await self._start_tls():
                 return
             while await self._next_request():
                 pass
@@ -269,9 +270,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _start_tls(self) -> bool:
         loop = asyncio.get_running_loop()
-        context = self.endpoint.ssl_context
-        if context is None:
+        if self.endpoint.tls is None:
             return True
+        context = self.endpoint.tls.context()
         try:
             transport = await loop.start_tls(self.transport, self, context, server_side=True,
                                              ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)

@@ -38,11 +38,9 @@ import base64
 import hashlib
 import logging
 import socket
-import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from ..errors import KafkaStorageError
@@ -57,6 +55,7 @@ from .groups import GroupCoordinator
 from .memory_pool import MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
 from .sasl import UsersFile
+from .tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -114,32 +113,6 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     return response_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
 
 
-def _read_secret(path: str) -> str | None:
-    return Path(path).read_text(encoding="utf-8").strip() if path else None
-
-
-def tls_context(settings: SidecarSettings) -> ssl.SSLContext:
-    """The server TLS context of SSL and SASL_SSL listeners: TLS 1.2 and later (Kafka's
-    ssl.enabled.protocols), the certificate chain and key from PEM files, client certificates as
-    kafka.ssl.client.auth says. Raises OSError / ssl.SSLError naming the file when unusable."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    password = _read_secret(settings.kafka_ssl_key_password_file)
-    try:
-        ctx.load_cert_chain(settings.kafka_ssl_certificate_location, settings.kafka_ssl_key_location or None,
-                            password)
-    except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"cannot load the TLS certificate {settings.kafka_ssl_certificate_location} / key "
-                         f"{settings.kafka_ssl_key_location or '(same file)'}: {e}") from None
-    if settings.kafka_ssl_client_auth != "none":
-        try:
-            ctx.load_verify_locations(settings.kafka_ssl_ca_location)
-        except (OSError, ssl.SSLError) as e:
-            raise ValueError(f"cannot load the client CA file {settings.kafka_ssl_ca_location}: {e}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED if settings.kafka_ssl_client_auth == "required" else ssl.CERT_OPTIONAL
-    return ctx
-
-
 class KafkaListener:
     def __init__(self, sidecar: Sidecar, settings: SidecarSettings, pool: Any) -> None:
         self.sidecar = sidecar
@@ -162,7 +135,7 @@ class KafkaListener:
         listeners = settings.kafka_listeners
         protocols = {p for p, _h, _port in listeners}
         # secrets first: a listener that cannot authenticate must not open at all
-        ssl_context = tls_context(settings) if protocols & {"SSL", "SASL_SSL"} else None
+        tls = ServerTls(settings) if protocols & {"SSL", "SASL_SSL"} else None
         if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
             self.users = UsersFile(settings.kafka_sasl_users_file)
             count = await asyncio.to_thread(self.users.ensure_usable)
@@ -195,7 +168,7 @@ class KafkaListener:
         advertised = [parse_listen_address(a.partition("://")[2] or a)
                       for a in self.settings.kafka_advertised_listeners]
         for i, (protocol, host, port) in enumerate(listeners):
-            endpoint = Endpoint(protocol, ssl_context if protocol in ("SSL", "SASL_SSL") else None,
+            endpoint = Endpoint(protocol, tls if protocol in ("SSL", "SASL_SSL") else None,
                                 advertised[i] if advertised else None)
             if protocol == "PLAINTEXT" and not is_loopback_host(host):
                 log.warning("kafka: %s:%d is a PLAINTEXT listener off loopback: anyone who reaches it can "

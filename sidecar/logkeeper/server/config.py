@@ -161,7 +161,8 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
             "File of SASL users, one name:password a line (a mounted Secret; re-read when it changes; never "
             "logged). Needed by SASL_PLAINTEXT and SASL_SSL listeners.", None),
     Setting("kafka.ssl.certificate.location", str, "",
-            "PEM file with the certificate chain of SSL and SASL_SSL listeners.", None),
+            "PEM file with the certificate chain of SSL and SASL_SSL listeners (loaded again for new "
+            "connections when it or the key changes: a renewed certificate needs no restart).", None),
     Setting("kafka.ssl.key.location", str, "",
             "PEM file with the private key of that certificate (may be the certificate's file).", None),
     Setting("kafka.ssl.key.password.file", str, "", "File holding the private key's password, if it has one.",
