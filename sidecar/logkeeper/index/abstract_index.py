@@ -137,23 +137,24 @@ class AbstractIndex(ABC, Generic[EntryT]):
         # them allocated (after a trim the map may reach on to the end of that page: resize)
         self._mapped = 0
         self._max_entries = 0
-        # bytes of the file that hold entries: none in a new file; an existing one is taken as
-        # full of valid entries up to its first hole (module docstring)
-        self._filled = 0
-        self.created = self._open_and_map()  # the file did not exist: this index made it
-        self._entries = self._filled // self.entry_size
+        # created: the file did not exist, this index made it; filled: the bytes holding entries
+        self.created, filled = self._open_and_map()
+        self._entries = filled // self.entry_size
         self._refresh_last_entry()
 
     # ----------------------------------------------------------------------------------------
     # Opening and mapping
     # ----------------------------------------------------------------------------------------
-    def _open_and_map(self) -> bool:
-        """Open (creating and preallocating a missing file when writable) and map; True if created.
+    def _open_and_map(self) -> tuple[bool, int]:
+        """Open (creating and preallocating a missing file when writable) and map; whether it was
+        created, and the bytes of it that hold entries: none in a new file; an existing one is
+        taken as full of valid entries up to its first hole (module docstring).
 
         Raw descriptors rather than ``open()``: a buffered file object costs an isatty probe and
         several seeks per open, and a cleaned segment opens each of its indexes three times
         (create, first entries, trim)."""
         created = False
+        filled = 0
         if self._writable:
             try:
                 fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
@@ -175,7 +176,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
                     length = os.fstat(fd).st_size
                     # a file with holes was left untrimmed by a kill: its entries end at the first
                     # hole (module docstring), and nothing is allocated to open it
-                    allocated = self._filled = first_hole(fd, length)
+                    allocated = filled = first_hole(fd, length)
                     if allocated < length and not self._writable:
                         self._copy = os.pread(fd, allocated, 0)
                         allocated = 0
@@ -190,7 +191,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
         finally:
             if fd >= 0:
                 os.close(fd)
-        return created
+        return created, filled
 
     def _map(self, fd: int, allocated: int, length: int | None = None) -> None:
         """Map the first ``allocated`` bytes of the file (at most its ``length``, read from the

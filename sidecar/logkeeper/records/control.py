@@ -43,9 +43,10 @@ class EndTxnMarker(NamedTuple):
 
 
 def _first_record(batch: bytes | bytearray | memoryview, attributes: int,
-                  record_count: int) -> tuple[bytes | memoryview, int, int] | None:
-    """The record area of the control batch ``batch`` (decompressed), and the position and length
-    of its first record's key; None when the batch holds no record."""
+                  record_count: int) -> tuple[int, bytes | memoryview, int] | None:
+    """The type in the first record's key of the control batch ``batch`` (UNPARSABLE when its key
+    is too short to hold one), the record area (decompressed) and the position after that key;
+    None when the batch holds no record."""
     if record_count < 1:
         return None
     area: bytes | memoryview = memoryview(batch)[HEADER_SIZE:]
@@ -58,35 +59,26 @@ def _first_record(batch: bytes | bytearray | memoryview, attributes: int,
     _ts, pos = decode_varint(area, pos, MAX_VARLONG_BYTES)
     _delta, pos = decode_varint(area, pos)
     key_len, pos = decode_varint(area, pos)
-    return area, pos, key_len
+    if key_len < _KEY.size:
+        return UNPARSABLE, area, pos
+    _version, ctype = _KEY.unpack_from(area, pos)
+    return int(ctype), area, pos + key_len
 
 
 def control_record_type(batch: bytes | bytearray | memoryview, attributes: int, record_count: int) -> int | None:
     """The type in the key of the first record of the control batch ``batch`` (exactly one batch's
     bytes): None when it holds no record, UNPARSABLE when its key is too short to hold one."""
     first = _first_record(batch, attributes, record_count)
-    if first is None:
-        return None
-    area, pos, key_len = first
-    if key_len < _KEY.size:
-        return UNPARSABLE
-    _version, ctype = _KEY.unpack_from(area, pos)
-    return int(ctype)
+    return None if first is None else first[0]
 
 
 def end_txn_marker(batch: bytes | bytearray | memoryview, attributes: int, record_count: int) -> EndTxnMarker | None:
     """The marker the control batch ``batch`` (exactly one batch's bytes) holds; None for a control
     batch of another type, or of no record."""
     first = _first_record(batch, attributes, record_count)
-    if first is None:
+    if first is None or first[0] not in (ControlType.ABORT, ControlType.COMMIT):
         return None
-    area, pos, key_len = first
-    if key_len < _KEY.size:
-        return None
-    _version, ctype = _KEY.unpack_from(area, pos)
-    if ctype not in (ControlType.ABORT, ControlType.COMMIT):
-        return None
-    pos += key_len
+    ctype, area, pos = first
     value_len, pos = decode_varint(area, pos)
     epoch = _MARKER_VALUE.unpack_from(area, pos)[1] if value_len >= _MARKER_VALUE.size else None
     return EndTxnMarker(ControlType(ctype), epoch)
