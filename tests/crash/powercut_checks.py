@@ -17,14 +17,18 @@ from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
-              TopicPartition("cutms", 0), TopicPartition("cutc", 0)]
-NO_RETENTION = {2, 3, 4}  # indexes of PARTITIONS whose log start must stay 0
+              TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0)]
+NO_RETENTION = {2, 3, 4, 5}  # indexes of PARTITIONS whose log start must stay 0
 COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
+# deleted (LogManager.delete_log) and created again now and then: once a deletion returned, no
+# record of the deleted log may come back, and the new log starts from offset 0
+DELETED_TOPIC = 5
 KEYS = 17
 TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutfm": {"flush.messages": 1, "retention.bytes": -1},
     "cutms": {"flush.ms": 0, "retention.bytes": -1},
     "cutc": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01},
+    "cutd": {"flush.messages": 1, "retention.bytes": -1},
 }
 CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
                  "log.cleaner.io.buffer.size": 64 * 1024}
@@ -90,6 +94,8 @@ class Figures:
     records_lost: int = 0
     superseded_after_promise: int = 0  # promised records the cleaner rightly dropped (check_compacted)
     lost_bytes: int = 0
+    deletions: int = 0  # deletions of DELETED_TOPIC's log that returned before the cut
+    deleted_records_back: int = 0
     undone_dir_changes: int = 0
     fsyncs: int = 0
     dir_fsyncs: int = 0
@@ -106,6 +112,23 @@ class Expected:
     older: dict[tuple[int, int], int] = field(default_factory=dict)
     # (partition, offset) below a promise that was on no disk when the promising child started
     gaps: set[tuple[int, int]] = field(default_factory=set)
+    # partition -> the lowest writer id its records may have: those of lower ids belong to a log
+    # whose deletion returned before the cut (writer ids grow with each child, start and deletion)
+    deleted_below: dict[int, int] = field(default_factory=dict)
+
+    def forget(self, i: int) -> None:
+        """The log of partition ``i`` is being deleted: its promises no longer hold (a cut may
+        keep it or not, until the deletion returns)."""
+        self.promised.pop(i, None)
+        for table in (self.writer, self.older):
+            for key in [k for k in table if k[0] == i]:
+                del table[key]
+        self.gaps = {k for k in self.gaps if k[0] != i}
+
+    def deleted(self, i: int, next_writer: int) -> None:
+        """The deletion of partition ``i``'s log returned; ``next_writer`` writes its new log."""
+        self.forget(i)
+        self.deleted_below[i] = next_writer
 
     def add(self, i: int, end: int, child_id: int, start_leo: int, found: list[tuple[int, int]]) -> None:
         before = self.promised.get(i, 0)
@@ -231,6 +254,34 @@ def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figure
             figures.records_lost += 1
 
 
+def check_no_deleted_records(m: LogManager, i: int, expected: Expected, figures: Figures,
+                             problems: list[str]) -> None:
+    """No record of a log whose deletion returned is back: not below the promise (check_record
+    would catch it there too) nor above it, where no promise looks."""
+    floor = expected.deleted_below.get(i)
+    lg = m.get_log(PARTITIONS[i])
+    if floor is None or lg is None:
+        return
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        records, _ = read_from(m, PARTITIONS[i], offset)  # an unreadable offset: the other checks say so
+        if not records:
+            break
+        for rec in records:
+            got = parse_value(rec.value)
+            if got is not None and got[1] < floor:
+                problems.append(f"{PARTITIONS[i]} offset {rec.offset} holds a record of writer {got[1]}, "
+                                f"whose log was deleted (the deletion returned before the cut)")
+                figures.deleted_records_back += 1
+                return
+        offset = records[-1].offset + 1
+
+
+def _pending_removal(path: Path, log_dir: Path) -> bool:
+    """Inside a ``-delete`` directory: the whole directory goes, temporary files and all."""
+    return path.relative_to(log_dir).parts[0].endswith("-delete")
+
+
 def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: str) -> None:
     """Recover ``dirs`` with a fresh LogManager and check every promise (see the module doc)."""
     m = open_manager(dirs, Scheduler())  # no thread: no task runs while the image is checked
@@ -250,11 +301,12 @@ def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: s
                 problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
             check = check_compacted if i == COMPACTED else check_contiguous
             check(m, i, want, expected, figures, problems)
+            check_no_deleted_records(m, i, expected, figures, problems)
         for d in dirs:
             report = verify_path(d)
             if not report.ok:
                 problems.append(f"verify {d}: " + "; ".join(map(str, report.problems[:5])))
-            left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES)]
+            left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES) and not _pending_removal(p, d)]
             if left:
                 problems.append(f"temporary files left in {d}: {left}")
     finally:

@@ -17,6 +17,10 @@ durability contract there (the README's "Durability contract"):
 - ``cutc`` (compacted, flush.messages=1, the log cleaner running: ``.cleaned`` segments swapped
   in by ``log/replace.py``): once ``append`` returned; compaction may drop a record, but the
   last promised record of its key stays unless a later record of that key is there;
+- ``cutd`` (flush.messages=1, no retention), deleted with ``LogManager.delete_log`` now and then
+  and created again from offset 0: its records are promised as ``cutfm``'s; a deletion, once
+  ``delete_log`` returned, is a promise too: no record of the deleted log comes back (writer ids
+  grow with each deletion, so a record's writer tells which log it was written to);
 - every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
   start again in the same process: the next start trusts the clean-shutdown marker).
 
@@ -74,6 +78,7 @@ from logkeeper.records.builder import Record, build_batch
 from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
+    DELETED_TOPIC,
     PARTITIONS,
     Expected,
     Figures,
@@ -88,7 +93,11 @@ EPOCH = 12  # cuts in a row on the same disks before they start empty again (loa
 SEED = int(os.environ.get("LOGKEEPER_CRASH_SEED", "20261124"))
 MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< PIPE_BUF)
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
+DELETING, DELETED = 3, 4  # (0, 0) before delete_log, (the new log's writer, 0) after it returned
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
+# DELETED_TOPIC's writer ids are the writer's times this, plus the deletions it made: they grow
+# with every deletion, so a record of a deleted log is told apart from the new log's
+DELETIONS = 100
 
 try:  # mfusepy loads libfuse when imported: without it (or without mfusepy) the test is skipped
     from tests.crash.powercut_mount import Daemon, fuse_available
@@ -124,17 +133,26 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
                 os.write(out_fd, MSG.pack(SEGMENT, i, seg.base_offset, seg.read_next_offset()))
             os.write(out_fd, MSG.pack(START, i, lg.log_end_offset, writer))
         reported_ms = 0
+        deletions = 0
         appends = rng.randint(20, 400) if rng.random() < 0.3 else 1 << 62
         for _ in range(appends):
             i = rng.randrange(len(PARTITIONS))
+            author = writer * DELETIONS + deletions if i == DELETED_TOPIC else writer
+            if i == DELETED_TOPIC and deletions < DELETIONS - 1 and rng.random() < 0.1:
+                os.write(out_fd, MSG.pack(DELETING, i, 0, 0))
+                m.delete_log(PARTITIONS[i])  # renamed -delete, durable, removed 20 ms later
+                deletions += 1
+                os.write(out_fd, MSG.pack(DELETED, i, author + 1, 0))
+                logs[i] = m.get_or_create_log(PARTITIONS[i])
+                continue
             leo = logs[i].log_end_offset
             now = int(time.time() * 1000)
             n = rng.randint(1, 6)
-            data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, writer, rng.randint(1, 5)))
+            data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, author, rng.randint(1, 5)))
                                 for k in range(n)])
             info = m.append(PARTITIONS[i], data)
-            if i in (2, COMPACTED):  # flush.messages=1: the append returned after its fsync
-                os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, writer))
+            if i in (2, COMPACTED, DELETED_TOPIC):  # flush.messages=1: the append returned after its fsync
+                os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, author))
             elif i < 2 and rng.random() < 0.3:
                 os.write(out_fd, MSG.pack(PROMISE, i, m.flush(PARTITIONS[i]), writer))
             if logs[3].recovery_point > reported_ms:
@@ -143,7 +161,8 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         cleaner.shutdown()
         m.shutdown()
         for i, lg in enumerate(logs):
-            os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, writer))
+            author = writer * DELETIONS + deletions if i == DELETED_TOPIC else writer
+            os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, author))
     time.sleep(3600)  # the cut comes
 
 
@@ -280,6 +299,12 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
                 found.setdefault(i, []).append((a, b))
             elif kind == START:
                 starts[i] = a
+            elif kind == DELETING:  # a cut from here on may keep the log or not
+                expected.forget(i)
+            elif kind == DELETED:  # delete_log returned: the new log starts empty, at offset 0
+                expected.deleted(i, a)
+                starts[i], found[i] = 0, []
+                figures.deletions += 1
             else:
                 promises += 1
                 expected.add(i, a, b, starts[i], found.get(i, []))
@@ -300,6 +325,7 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
            f"{figures.productive} children made promises ({figures.promises} promises); "
            f"{figures.records_checked} promised records checked, {figures.records_lost} lost "
            f"({figures.superseded_after_promise} compacted away by records written after the promise); "
+           f"{figures.deletions} log deletions promised, {figures.deleted_records_back} deleted logs back; "
            f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "
            f"directory changes; {figures.fsyncs} fsyncs and {figures.dir_fsyncs} directory fsyncs seen")
     assert figures.productive >= max(1, CUTS // 4), (

@@ -19,6 +19,7 @@ from logkeeper.records.reader import read_records
 from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
+    DELETED_TOPIC,
     KEYS,
     PARTITIONS,
     TOPIC_PROPS,
@@ -26,6 +27,8 @@ from tests.crash.powercut_checks import (
     Figures,
     check_compacted,
     check_contiguous,
+    check_image,
+    check_no_deleted_records,
     key_of,
     manager_props,
     open_manager,
@@ -155,4 +158,60 @@ def test_children_start_with_the_topics_overrides_in_place(tmp_path: Path, monke
     monkeypatch.setattr(LogManager, "startup", startup)
     m = open_manager([tmp_path / "d0", tmp_path / "d1"], Scheduler())
     m.shutdown()
-    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024}
+    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1}
+
+
+def test_a_record_of_a_deleted_log_is_caught_wherever_it_is(tmp_path: Path) -> None:
+    """Once delete_log returned, no record of the deleted log may come back after a cut: not below
+    the new log's promise and not above it, where no promise looks."""
+    m = _manager(tmp_path)
+    tp = PARTITIONS[DELETED_TOPIC]
+    try:
+        m.update_topic_config(tp.topic, TOPIC_PROPS[tp.topic])
+        m.get_or_create_log(tp)
+        now = int(time.time() * 1000)
+        for o in range(6):  # the new log's writer (701) wrote 0-2; 3-5 came back from writer 700's
+            m.append(tp, build_batch([Record(o, now, None, value_of(o, 701 if o < 3 else 700, 1))]))
+
+        def check(floor: int) -> list[str]:
+            e = Expected()
+            e.promised[DELETED_TOPIC] = 3
+            e.writer.update({(DELETED_TOPIC, o): 701 for o in range(3)})
+            e.deleted_below[DELETED_TOPIC] = floor
+            problems: list[str] = []
+            check_contiguous(m, DELETED_TOPIC, 3, e, Figures(), problems)
+            check_no_deleted_records(m, DELETED_TOPIC, e, Figures(), problems)
+            return problems
+
+        assert check(700) == []
+        assert check(701) == [f"{tp} offset 3 holds a record of writer 700, whose log was deleted "
+                              "(the deletion returned before the cut)"]
+    finally:
+        m.shutdown()
+
+
+def test_forgetting_a_deleted_log_drops_its_promises_only() -> None:
+    e = Expected()
+    e.add(DELETED_TOPIC, 4, 900, 0, [])
+    e.add(PLAIN, 2, 900, 0, [])
+    e.gaps.update({(DELETED_TOPIC, 9), (PLAIN, 9)})
+    e.deleted(DELETED_TOPIC, 901)
+    assert e.promised == {PLAIN: 2} and set(e.writer) == {(PLAIN, 0), (PLAIN, 1)}
+    assert e.gaps == {(PLAIN, 9)} and e.deleted_below == {DELETED_TOPIC: 901}
+
+
+def test_files_of_a_directory_pending_removal_are_not_left_behind(tmp_path: Path) -> None:
+    """A cut during a removal leaves a ``-delete`` directory whose files may be temporary ones: the
+    next start removes the whole directory, so they are not files an interrupted step left."""
+    dirs = [tmp_path / "d0", tmp_path / "d1"]
+    m = open_manager(dirs, Scheduler())
+    m.get_or_create_log(PARTITIONS[DELETED_TOPIC])
+    m.delete_log(PARTITIONS[DELETED_TOPIC])
+    live = m.get_or_create_log(PARTITIONS[PLAIN]).dir
+    m.shutdown()
+    [pending] = [p for d in dirs for p in d.iterdir() if p.name.endswith("-delete")]
+    (pending / "leader-epoch-checkpoint.tmp").write_bytes(b"")
+    check_image(dirs, Expected(), Figures(), "pending removal")
+    (live / "leader-epoch-checkpoint.tmp").write_bytes(b"")  # in a live partition: left behind
+    with pytest.raises(AssertionError, match="temporary files left"):
+        check_image(dirs, Expected(), Figures(), "left in a live partition")
