@@ -5,30 +5,38 @@ be tested on their own (test_power_cut_checks.py)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logkeeper.errors import KafkaStorageError, OutOfOrderSequenceError
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import Scheduler
+from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
-              TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0)]
-NO_RETENTION = {2, 3, 4, 5}  # indexes of PARTITIONS whose log start must stay 0
+              TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0),
+              TopicPartition("cuti", 0)]
+NO_RETENTION = {2, 3, 4, 5, 6}  # indexes of PARTITIONS whose log start must stay 0
 COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
 # deleted (LogManager.delete_log) and created again now and then: once a deletion returned, no
 # record of the deleted log may come back, and the new log starts from offset 0
 DELETED_TOPIC = 5
+# written by idempotent producers (a producer id a writer, sequences from 0): a retry of a
+# promised batch after the cut must not be appended again (its producer's state survived)
+IDEMPOTENT = 6
 KEYS = 17
 TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutfm": {"flush.messages": 1, "retention.bytes": -1},
     "cutms": {"flush.ms": 0, "retention.bytes": -1},
     "cutc": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01},
     "cutd": {"flush.messages": 1, "retention.bytes": -1},
+    "cuti": {"flush.messages": 1, "retention.bytes": -1},
 }
 CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
                  "log.cleaner.io.buffer.size": 64 * 1024}
@@ -96,6 +104,8 @@ class Figures:
     lost_bytes: int = 0
     deletions: int = 0  # deletions of DELETED_TOPIC's log that returned before the cut
     deleted_records_back: int = 0
+    retries: int = 0  # promised idempotent batches sent again after the cut
+    retries_appended: int = 0  # ... and appended a second time (a duplicate: a loss of producer state)
     undone_dir_changes: int = 0
     fsyncs: int = 0
     dir_fsyncs: int = 0
@@ -115,6 +125,8 @@ class Expected:
     # partition -> the lowest writer id its records may have: those of lower ids belong to a log
     # whose deletion returned before the cut (writer ids grow with each child, start and deletion)
     deleted_below: dict[int, int] = field(default_factory=dict)
+    # IDEMPOTENT's producer id -> its last promised batch: (base offset, base sequence, records)
+    batches: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     def forget(self, i: int) -> None:
         """The log of partition ``i`` is being deleted: its promises no longer hold (a cut may
@@ -277,6 +289,45 @@ def check_no_deleted_records(m: LogManager, i: int, expected: Expected, figures:
         offset = records[-1].offset + 1
 
 
+def idempotent_batch(base_offset: int, producer_id: int, base_sequence: int, count: int) -> bytes:
+    """IDEMPOTENT's batch: ``count`` records from ``base_offset`` by producer ``producer_id``
+    (epoch 0; its writer id too) from ``base_sequence``; a retry is built the same way."""
+    now = int(time.time() * 1000)
+    return build_batch([Record(base_offset + k, now, None, value_of(base_offset + k, producer_id, 1))
+                        for k in range(count)], producer_id=producer_id, producer_epoch=0,
+                       base_sequence=base_sequence)
+
+
+def check_retries(m: LogManager, expected: Expected, figures: Figures, problems: list[str]) -> None:
+    """Send each producer's last promised batch again, as a client does when the power cut took
+    its answer: it must be answered as a duplicate with its offsets, or refused as out of order when
+    a later batch of the producer is in the log, never appended twice. Run last: it appends."""
+    tp = PARTITIONS[IDEMPOTENT]
+    lg = m.get_log(tp)
+    for pid, (base, seq, count) in sorted(expected.batches.items()):
+        if lg is None:
+            problems.append(f"{tp} is missing: producer {pid}'s batch at {base} was promised")
+            return
+        figures.retries += 1
+        end = lg.log_end_offset
+        entry = lg.producer_state.producers.get(pid)
+        try:
+            info = m.append(tp, idempotent_batch(base, pid, seq, count))
+        except OutOfOrderSequenceError:
+            if entry is None or entry.last_seq < seq + count:
+                problems.append(f"{tp}: the retry of producer {pid}'s batch at {base} (sequence {seq}) was "
+                                f"refused as out of order, with no later batch of the producer in the log")
+            continue
+        except KafkaStorageError as e:
+            problems.append(f"{tp}: the retry of producer {pid}'s batch at {base} failed: {e}")
+            continue
+        if not info.duplicate or info.first_offset != base:
+            figures.retries_appended += 1
+            problems.append(f"{tp}: the retry of producer {pid}'s promised batch at {base} (sequence {seq}) "
+                            f"was appended again at {info.first_offset} (the log ended at {end}): "
+                            "its producer state was lost")
+
+
 def _pending_removal(path: Path, log_dir: Path) -> bool:
     """Inside a ``-delete`` directory: the whole directory goes, temporary files and all."""
     return path.relative_to(log_dir).parts[0].endswith("-delete")
@@ -309,6 +360,7 @@ def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: s
             left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES) and not _pending_removal(p, d)]
             if left:
                 problems.append(f"temporary files left in {d}: {left}")
+        check_retries(m, expected, figures, problems)
     finally:
         m.shutdown()
     assert not problems, f"{where}: " + "; ".join(problems[:8])

@@ -21,6 +21,10 @@ durability contract there (the README's "Durability contract"):
   and created again from offset 0: its records are promised as ``cutfm``'s; a deletion, once
   ``delete_log`` returned, is a promise too: no record of the deleted log comes back (writer ids
   grow with each deletion, so a record's writer tells which log it was written to);
+- ``cuti`` (flush.messages=1, no retention), written by idempotent producers (a producer id for
+  each writer): its records are promised as ``cutfm``'s, and after the cut each producer's last
+  promised batch is sent again, as a client retries a request whose answer the cut took: it must
+  not be appended twice (the producer state survived the cut: snapshots, or the log scanned);
 - every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
   start again in the same process: the next start trusts the clean-shutdown marker).
 
@@ -79,10 +83,12 @@ from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
     DELETED_TOPIC,
+    IDEMPOTENT,
     PARTITIONS,
     Expected,
     Figures,
     check_image,
+    idempotent_batch,
     key_of,
     open_manager,
     value_of,
@@ -94,6 +100,7 @@ SEED = int(os.environ.get("LOGKEEPER_CRASH_SEED", "20261124"))
 MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< PIPE_BUF)
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
 DELETING, DELETED = 3, 4  # (0, 0) before delete_log, (the new log's writer, 0) after it returned
+BATCH = 5  # an IDEMPOTENT promise: (base offset, producer id << 24 | base sequence << 3 | records)
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
 # DELETED_TOPIC's writer ids are the writer's times this, plus the deletions it made: they grow
 # with every deletion, so a record of a deleted log is told apart from the new log's
@@ -134,6 +141,7 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
             os.write(out_fd, MSG.pack(START, i, lg.log_end_offset, writer))
         reported_ms = 0
         deletions = 0
+        sequence = 0  # the next sequence of this writer's idempotent producer
         appends = rng.randint(20, 400) if rng.random() < 0.3 else 1 << 62
         for _ in range(appends):
             i = rng.randrange(len(PARTITIONS))
@@ -148,6 +156,11 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
             leo = logs[i].log_end_offset
             now = int(time.time() * 1000)
             n = rng.randint(1, 6)
+            if i == IDEMPOTENT:  # the producer id is the writer's; flush.messages=1 as below
+                info = m.append(PARTITIONS[i], idempotent_batch(leo, writer, sequence, n))
+                os.write(out_fd, MSG.pack(BATCH, i, info.first_offset, writer << 24 | sequence << 3 | n))
+                sequence += n
+                continue
             data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, author, rng.randint(1, 5)))
                                 for k in range(n)])
             info = m.append(PARTITIONS[i], data)
@@ -305,6 +318,11 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
                 expected.deleted(i, a)
                 starts[i], found[i] = 0, []
                 figures.deletions += 1
+            elif kind == BATCH:
+                pid, seq, count = b >> 24, b >> 3 & ((1 << 21) - 1), b & 7
+                expected.batches[pid] = (a, seq, count)
+                promises += 1
+                expected.add(i, a + count, pid, starts[i], found.get(i, []))
             else:
                 promises += 1
                 expected.add(i, a, b, starts[i], found.get(i, []))
@@ -326,6 +344,7 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
            f"{figures.records_checked} promised records checked, {figures.records_lost} lost "
            f"({figures.superseded_after_promise} compacted away by records written after the promise); "
            f"{figures.deletions} log deletions promised, {figures.deleted_records_back} deleted logs back; "
+           f"{figures.retries} promised idempotent batches sent again, {figures.retries_appended} appended twice; "
            f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "
            f"directory changes; {figures.fsyncs} fsyncs and {figures.dir_fsyncs} directory fsyncs seen")
     assert figures.productive >= max(1, CUTS // 4), (

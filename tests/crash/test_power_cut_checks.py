@@ -20,6 +20,7 @@ from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
     DELETED_TOPIC,
+    IDEMPOTENT,
     KEYS,
     PARTITIONS,
     TOPIC_PROPS,
@@ -29,6 +30,8 @@ from tests.crash.powercut_checks import (
     check_contiguous,
     check_image,
     check_no_deleted_records,
+    check_retries,
+    idempotent_batch,
     key_of,
     manager_props,
     open_manager,
@@ -158,7 +161,7 @@ def test_children_start_with_the_topics_overrides_in_place(tmp_path: Path, monke
     monkeypatch.setattr(LogManager, "startup", startup)
     m = open_manager([tmp_path / "d0", tmp_path / "d1"], Scheduler())
     m.shutdown()
-    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1}
+    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1, "cuti": -1}
 
 
 def test_a_record_of_a_deleted_log_is_caught_wherever_it_is(tmp_path: Path) -> None:
@@ -215,3 +218,38 @@ def test_files_of_a_directory_pending_removal_are_not_left_behind(tmp_path: Path
     (live / "leader-epoch-checkpoint.tmp").write_bytes(b"")  # in a live partition: left behind
     with pytest.raises(AssertionError, match="temporary files left"):
         check_image(dirs, Expected(), Figures(), "left in a live partition")
+
+
+
+def test_a_retry_of_a_promised_idempotent_batch_must_not_be_appended_twice(tmp_path: Path) -> None:
+    """The check sends each producer's last promised batch again: answered as a duplicate, or
+    refused as out of order behind later batches of the producer, it passes; appended again (the
+    producer state lost, as after a cut that took an unflushed snapshot and the log it covered),
+    it fails."""
+    m = _manager(tmp_path)
+    tp = PARTITIONS[IDEMPOTENT]
+    try:
+        lg = m.get_or_create_log(tp)
+        m.append(tp, idempotent_batch(0, 901, 0, 3))  # producer 901: offsets 0-2, sequences 0-2
+        for k in range(6):  # producer 902: six batches of 2, sequences 0-11
+            m.append(tp, idempotent_batch(3 + 2 * k, 902, 2 * k, 2))
+
+        def check(batches: dict[int, tuple[int, int, int]]) -> tuple[list[str], Figures]:
+            e = Expected()
+            e.batches.update(batches)
+            problems: list[str] = []
+            figures = Figures()
+            check_retries(m, e, figures, problems)
+            return problems, figures
+
+        # 901's only batch and 902's last are duplicates; 902's first is behind five later ones
+        assert check({901: (0, 0, 3), 902: (13, 10, 2)}) == ([], Figures(retries=2))
+        assert check({902: (3, 0, 2)})[0] == []
+        assert lg.log_end_offset == 15  # nothing appended by the retries
+        del lg.producer_state.producers[901]  # producer state lost: the retry goes in again
+        problems, figures = check({901: (0, 0, 3)})
+        assert figures.retries_appended == 1
+        assert problems == [f"{tp}: the retry of producer 901's promised batch at 0 (sequence 0) was appended "
+                            "again at 15 (the log ended at 15): its producer state was lost"]
+    finally:
+        m.shutdown()
