@@ -19,10 +19,15 @@ the run: then the throughput ratio says more about the client's share of the CPU
 server. So each run also records the CPU time the server process used (user + system, from
 /proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
 
+With ``--pin`` both servers run on one core of their own (the last; every thread, as
+``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
+with the core it would have in a deployment, not with what the tool leaves it; its results go
+to kafka_perf_pinned.md (+ .svg) and its lines name the pinning.
+
 Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s,
 ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
 
-Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3]``.
+Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3] [--pin]``.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from tests.kafka.kafka_harness import LOG4J_TOOLS, Broker, KafkaDist, fetch_kafk
 
 RESULTS = REPO / "bench" / "results" / "kafka_perf.md"
 PLOT = REPO / "bench" / "results" / "kafka_perf.svg"
+PINNED_RESULTS = REPO / "bench" / "results" / "kafka_perf_pinned.md"
+PINNED_PLOT = REPO / "bench" / "results" / "kafka_perf_pinned.svg"
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 PERF_JVM_OPTS = ("-Xmx1g", "-XX:+UseG1GC")
@@ -117,9 +124,24 @@ def with_server_cpu(pid: int, mb: float, run: Callable[..., R], *args: Any) -> t
     return result, per_mb(cpu_seconds(pid) - before, mb)
 
 
+# --pin: the CPUs of the tools and of the servers (None: unpinned); set once by main
+TOOL_CPUS: set[int] | None = None
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Pin every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+
+
 def run_tool(dist: KafkaDist, main: str, args: list[str]) -> str:
     cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    cpus = TOOL_CPUS
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
     if proc.returncode != 0:
         raise RuntimeError(f"{main} {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
                            f"{proc.stderr[-3000:]}")
@@ -162,7 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="payload MB a producer case (bounds its records)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pin", action="store_true", help="the servers on the last core, the tools on the others")
     args, command = parse_bench_args(ap, "bench_kafka_perf.py", argv)
+    global TOOL_CPUS
+    server_cpus: set[int] | None = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            ap.error(f"--pin needs 2 CPUs, this process has {len(cpus)}")
+        TOOL_CPUS, server_cpus = set(cpus[:-1]), {cpus[-1]}
     cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)]
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-perf-"))
@@ -181,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = {"logkeeper": sidecar.kafka_bootstrap, "kafka": broker.bootstrap}
             assert sidecar.proc is not None and broker.proc is not None
             pids = {"logkeeper": sidecar.proc.pid, "kafka": broker.proc.pid}
+            if server_cpus is not None:
+                for pid in pids.values():
+                    pin_process(pid, server_cpus)
             for case in cases:
                 for server in SERVERS:
                     create_topic(dist, bootstrap[server], case.topic)
@@ -219,12 +252,16 @@ def main(argv: list[str] | None = None) -> int:
             broker.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    pinning = None if server_cpus is None else (f"servers pinned to CPU {min(server_cpus)}, the tools to CPU "
+                                                 f"{', '.join(map(str, sorted(TOOL_CPUS or ())))}")
     text, bars, lines = report(command, args, dist.version, cases, produced, consumed, loads,
-                               time.monotonic() - started)
-    RESULTS.write_text(text)
-    PLOT.write_text(svg_bars("logkeeper / Kafka 4.1.2, Kafka's perf tools (MB/s ratio; 1 = parity)", bars))
+                               time.monotonic() - started, pinning)
+    results, plot = (RESULTS, PLOT) if pinning is None else (PINNED_RESULTS, PINNED_PLOT)
+    results.write_text(text)
+    title = "logkeeper / Kafka 4.1.2, Kafka's perf tools (MB/s ratio; 1 = parity)"
+    plot.write_text(svg_bars(title if pinning is None else f"{title}, each server on a core of its own", bars))
     print("\n".join(lines))
-    print(f"(written to {RESULTS.relative_to(REPO)} and {PLOT.relative_to(REPO)})")
+    print(f"(written to {results.relative_to(REPO)} and {plot.relative_to(REPO)})")
     return 0
 
 
@@ -238,7 +275,9 @@ def _cpu(runs: list[Produced] | list[Consumed]) -> str:
 
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
            produced: dict[tuple[str, str], list[Produced]], consumed: dict[tuple[str, str], list[Consumed]],
-           loads: list[float], seconds: float) -> tuple[str, list[tuple[str, float]], list[str]]:
+           loads: list[float], seconds: float,
+           pinning: str | None = None) -> tuple[str, list[tuple[str, float]], list[str]]:
+    suffix = "" if pinning is None else ", server on its own core"
     lines: list[str] = []
     bars: list[tuple[str, float]] = []
     rows = []
@@ -247,7 +286,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         lk, kf = produced[(case.name, "logkeeper")], produced[(case.name, "kafka")]
         lk_mb, kf_mb = _med([p.mb_per_s for p in lk]), _med([p.mb_per_s for p in kf])
         lk_p99, kf_p99 = _med([p.p99_ms for p in lk]), _med([p.p99_ms for p in kf])
-        lines.append(side_by_side_line(case.name, lk_mb, kf_mb))
+        lines.append(side_by_side_line(case.name + suffix, lk_mb, kf_mb))
         bars.append((case.name.removeprefix("produce "), lk_mb / kf_mb))
         ok = lk_mb >= kf_mb and lk_p99 <= kf_p99
         met += ok
@@ -262,8 +301,8 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         clk, ckf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
         lk_mb, kf_mb = _med([c.mb_per_s for c in clk]), _med([c.mb_per_s for c in ckf])
         lk_f, kf_f = _med([c.fetch_mb_per_s for c in clk]), _med([c.fetch_mb_per_s for c in ckf])
-        lines.append(side_by_side_line(name, lk_mb, kf_mb))
-        lines.append(side_by_side_line(f"{name} fetch only", lk_f, kf_f))
+        lines.append(side_by_side_line(name + suffix, lk_mb, kf_mb))
+        lines.append(side_by_side_line(f"{name} fetch only{suffix}", lk_f, kf_f))
         bars.append((name, lk_mb / kf_mb))
         crow.append(f"| {name} | {_med([c.records_per_s for c in clk]):,.0f} "
                     f"| {_med([c.records_per_s for c in ckf]):,.0f} "
@@ -278,7 +317,8 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms "
                                                           f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
     text = "\n".join([
-        "# Kafka's perf tools against the sidecar and against Apache Kafka",
+        "# Kafka's perf tools against the sidecar and against Apache Kafka"
+        + ("" if pinning is None else ", each server on a core of its own"),
         "",
         f"- command: `{command}` (`make bench-kafka`)",
         date_and_commit(),
@@ -288,10 +328,11 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         f"- load: {args.mb} MB of payload a producer case (100 B: {args.mb * 10_000:,} records; 1,000 B: "
         f"{args.mb * 1000:,}), one partition, linger.ms 5, no compression, `--throughput -1`; both servers "
         f"warmed up first (a round of every case, not counted); median of {args.rounds} rounds, "
-        "servers alternating first; tools, server and the idle other server share the 2 cores",
+        "servers alternating first; " + ("tools, server and the idle other server share the 2 cores" if pinning is None
+                                          else f"{pinning} (every thread)"),
         f"- 1-minute load average after each round: {', '.join(f'{x:.1f}' for x in loads)}; whole run {seconds:.0f} s",
         "",
-        "![ratios](kafka_perf.svg)",
+        f"![ratios]({'kafka_perf.svg' if pinning is None else 'kafka_perf_pinned.svg'})",
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) |",
