@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from logkeeper.log.file_records import FileRecords
 from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
@@ -36,7 +37,7 @@ def config(root: Path) -> dict[str, Any]:
             "node": {"log.dirs": [str(root / "d0")], "log.initial.task.delay.ms": 200},
             "cleaner": {"log.cleaner.backoff.ms": 100},
             "topics": {"kcat": {"partitions": 1}, "ck": {"partitions": 2}, "kp": {"partitions": 2},
-                       "wire": {"partitions": 1}}}
+                       "wire": {"partitions": 1}, "slices": {"partitions": 1}}}
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +169,40 @@ def test_kafka_python_produces_consumes_and_commits_in_a_group(sidecar: SidecarP
                           consumer_timeout_ms=1500)
     assert [msg.offset for msg in again] == []  # everything was committed
     again.close()
+
+
+# ---------------------------------------------------------------------- partial last batches
+def test_fetches_ending_inside_a_batch_lose_and_repeat_nothing(sidecar: SidecarProcess, kcat: str) -> None:
+    """The listener answers a fetch with a slice of the segment, as Kafka's brokers do: the first
+    batch whole, then up to the partition's max bytes, so the last batch of an answer is mostly
+    cut. Each client drops the cut batch and fetches it again from its offset: with a limit of
+    about 1.3 batches, every answer here ends inside a batch."""
+    bootstrap = sidecar.kafka_bootstrap
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "batch.num.messages": 20})
+    for i in range(400):
+        producer.produce("slices", key=f"k{i}".encode(), value=b"%03d" % i + b"v" * 97, partition=0)
+    assert producer.flush(30) == 0
+    sizes = []
+    for path in sorted((sidecar.root / "d0" / "slices-0").glob("*.log")):
+        segment = FileRecords(path, writable=False)
+        sizes += [h.size for _, h in segment.headers_from(0)]
+        segment.close()
+    assert len(sizes) > 10 and max(sizes) < 3000 < 2 * min(sizes), sizes  # so 3000 bytes end inside a batch
+    want = [(f"k{i}".encode(), b"%03d" % i + b"v" * 97) for i in range(400)]
+    limit = {"fetch.max.bytes": 3000, "max.partition.fetch.bytes": 3000, "receive.message.max.bytes": 4000,
+             "message.max.bytes": 3000}
+    got = consume_all(bootstrap, "slices", 1, 400, **limit)
+    assert [(m.key(), m.value()) for m in got] == want and [m.offset() for m in got] == list(range(400))
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000, max_partition_fetch_bytes=3000, fetch_max_bytes=3000)
+    consumer.assign([TopicPartition("slices", 0)])
+    assert [(m.key, m.value) for m in consumer] == want
+    consumer.close()
+    lines = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", "slices", "-o", "beginning", "-e", "-f", "%k\\n",
+                            "-X", "fetch.max.bytes=3000", "-X", "max.partition.fetch.bytes=3000",
+                            "-X", "message.max.bytes=3000"],
+                           capture_output=True, text=True, timeout=60).stdout.split()
+    assert lines == [k.decode() for k, _ in want]
 
 
 # ------------------------------------------------------------------------- compacted topic

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from logkeeper.log.file_records import FileRecords
+from logkeeper.log.file_records import FileRecords, WouldBlock
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.segment import FetchData
 from logkeeper.protocol import handlers_data
@@ -26,7 +26,10 @@ class FakeManager:
         self.records = records
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_offset: int | None,
-             min_one_batch: bool) -> FetchData:
+             min_one_batch: bool, whole_batches: bool, cached_only: bool) -> FetchData:
+        assert not whole_batches  # the listener reads slices, as Kafka's LogSegment.read
+        if cached_only:
+            return FetchData(0, self.records.read_cached(0, max_bytes, 1), 0)
         return FetchData(0, self.records.read(0, max_bytes), 0)
 
 
@@ -41,7 +44,8 @@ class FakeNotifier:
 
 class FakeContext:
     def __init__(self, records: FileRecords) -> None:
-        log = SimpleNamespace(log_end_offset=1, last_stable_offset=1, log_start_offset=0)
+        log = SimpleNamespace(log_end_offset=1, last_stable_offset=1, log_start_offset=0,
+                              segments=SimpleNamespace(values=lambda start, end: []))
         self.sidecar = SimpleNamespace(partition_log=lambda tp: log, manager=FakeManager(records), stopping=False)
         self.settings = SimpleNamespace(fetch_max_bytes=1 << 20)
         self.notifier = FakeNotifier()
@@ -73,7 +77,7 @@ def test_a_fetch_of_no_partitions_answers_at_once(records: FileRecords) -> None:
     ctx = FakeContext(records)
     answer = asyncio.run(handlers_data.fetch(ctx, None, request(0, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert answer["responses"] == []
-    assert ctx.notifier.waits == 0 and ctx.runs == 1
+    assert ctx.notifier.waits == 0 and ctx.runs == 0  # nothing to read: answered on the loop
 
 
 def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
@@ -81,6 +85,39 @@ def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
     answer = asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert [bytes(p["records"]) for t in answer["responses"] for p in t["partitions"]] == [BATCH]
     assert ctx.notifier.waits == 0
+    assert ctx.runs == 0  # cached and at most INLINE_FETCH_BYTES: read on the event loop
+
+
+def _records_of(answer: dict[str, Any]) -> list[bytes]:
+    return [bytes(p["records"]) for t in answer["responses"] for p in t["partitions"]]
+
+
+def test_a_fetch_that_would_wait_for_the_disk_is_read_on_a_thread(records: FileRecords,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_cached(position: int, size: int, at_least: int) -> memoryview:
+        raise WouldBlock("not cached")
+
+    monkeypatch.setattr(records, "read_cached", not_cached)
+    ctx = FakeContext(records)
+    answer = asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    assert _records_of(answer) == [BATCH] and ctx.runs == 1
+
+
+@pytest.mark.parametrize(("partitions", "partition_max", "isolation"), [
+    (1, handlers_data.INLINE_FETCH_BYTES + 1, 0),  # could answer more than a MiB
+    (2, handlers_data.INLINE_FETCH_BYTES, 0),  # two partitions of a MiB each
+    (1, 1 << 10, 1),  # read_committed: transaction indexes are read too
+])
+def test_a_large_or_committed_fetch_is_read_on_a_thread(records: FileRecords, partitions: int, partition_max: int,
+                                                        isolation: int) -> None:
+    ctx = FakeContext(records)
+    ctx.settings.fetch_max_bytes = 64 << 20
+    req = request(partitions, max_wait_ms=60_000)
+    req["isolation_level"], req["max_bytes"] = isolation, 64 << 20
+    for p in req["topics"][0]["partitions"]:
+        p["partition_max_bytes"] = partition_max
+    asyncio.run(handlers_data.fetch(ctx, None, req, 12))  # type: ignore[arg-type]
+    assert ctx.runs == 1
 
 
 def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 from logkeeper.errors import LogSegmentOffsetOverflowError
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log import names
+from logkeeper.log.file_records import WouldBlock
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.builder import Record, build_batch
@@ -295,3 +298,67 @@ def test_appending_many_batches_at_once_indexes_as_one_at_a_time(tmp_path: Path,
     for suffix in (".log", ".index", ".timeindex"):
         name = names.segment_file(Path(), 40, suffix).name
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), suffix
+
+
+def test_a_slice_read_ends_anywhere_after_the_first_batch(tmp_path: Path) -> None:
+    """``whole_batches=False`` reads as Kafka's LogSegment.read does for a fetch: the first batch
+    whole (larger than the limit too, with min_one_batch), then up to the limit, mid-batch if the
+    limit falls there (clients drop a trailing partial batch and fetch it again); no header past
+    the first is read. Never past ``max_position`` (the last stable offset)."""
+    seg = seg_at(tmp_path)
+    first = append(seg, 40, b"a" * 50)
+    second = append(seg, 41, b"b" * 50)
+    third = append(seg, 42, b"c" * 50)
+    whole = first + second + third
+    half = seg.read(40, len(first) + len(second) // 2, whole_batches=False)
+    assert half is not None and half.records == whole[:len(first) + len(second) // 2] and half.first_offset == 40
+    assert seg.read(41, 10_000, whole_batches=False).records == second + third  # type: ignore[union-attr]
+    small = seg.read(40, 1, whole_batches=False)  # min_one_batch: the first batch, whole
+    assert small is not None and small.records == first
+    none = seg.read(40, len(first) - 1, min_one_batch=False, whole_batches=False)
+    assert none is not None and none.records == b""  # no whole batch fits: nothing, as a whole-batch read
+    capped = seg.read(40, 10_000, max_position=len(first) + len(second), whole_batches=False)
+    assert capped is not None and capped.records == first + second
+    seg.close()
+
+
+def test_a_cached_only_read_answers_from_the_page_cache_or_would_block(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cached_only=True`` reads with RWF_NOWAIT: what the page cache holds (at least the first
+    batch), else WouldBlock, so that the Kafka listener can read on its event loop and hand only a
+    read that would wait for the disk to a thread."""
+    seg = seg_at(tmp_path)
+    first = append(seg, 40, b"a" * 50)
+    second = append(seg, 41, b"b" * 50)
+    hot = seg.read(40, 10_000, whole_batches=False, cached_only=True)
+    assert hot is not None and hot.records == first + second
+    seg.flush()  # written back: now the kernel can drop the pages
+    fd = os.open(seg.log.path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with pytest.raises(WouldBlock):
+        seg.read(40, 10_000, whole_batches=False, cached_only=True)
+    assert seg.read(40, 10_000, whole_batches=False).records == first + second  # type: ignore[union-attr]
+
+    # a range partly cached answers with its cached part when that holds the first batch whole
+    real = os.preadv
+
+    def partly(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        return min(real(fd, buffers, offset, flags), len(first) + 3)
+
+    monkeypatch.setattr(os, "preadv", partly)
+    part = seg.read(40, 10_000, whole_batches=False, cached_only=True)
+    assert part is not None and part.records == (first + second)[:len(first) + 3]
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset, flags=0: len(first) - 1)
+    with pytest.raises(WouldBlock):
+        seg.read(40, 10_000, whole_batches=False, cached_only=True)
+
+    def unsupported(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        raise OSError(errno.EOPNOTSUPP, "not supported")  # a file system without RWF_NOWAIT reads
+
+    monkeypatch.setattr(os, "preadv", unsupported)
+    with pytest.raises(WouldBlock):
+        seg.read(40, 10_000, whole_batches=False, cached_only=True)
+    seg.close()

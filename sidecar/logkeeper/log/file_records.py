@@ -4,6 +4,8 @@ The file is appended with ``os.pwrite``/``os.pwritev`` on a raw descriptor (no P
 layer: every acknowledged append is in the page cache, and ``flush`` is one fsync). Reads use
 ``os.pread`` for small ranges and a read-only ``mmap`` for whole-file scans, which the compiled
 batch walker of ``records.scan`` turns into columns without a Python loop per batch.
+``read_cached`` reads only what the page cache holds (``RWF_NOWAIT``), for a caller that must not
+wait for the disk (the Kafka listener's event loop) and hands the read to a thread when it would.
 
 Batches are found as Kafka's FileLogInputStream finds them: fewer than 17 bytes left, or a batch
 whose declared size runs past the end, ends the data (a torn tail); a size below the header or
@@ -12,6 +14,7 @@ a foreign magic is corruption.
 
 from __future__ import annotations
 
+import errno
 import functools
 import mmap
 import os
@@ -35,6 +38,14 @@ from .version_cache import new_version as _new_version
 _EMPTY = np.zeros(0, dtype=np.uint8)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of the range's dirty pages; do not wait
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+
+
+class WouldBlock(Exception):
+    """A read that was not to wait for the disk (``read_cached``) found its bytes outside the page
+    cache, or the file system cannot tell (no ``RWF_NOWAIT``): read it where waiting is allowed.
+    Not an OSError: it says nothing about the disk (the log manager's I/O guard would take the
+    directory offline for an OSError)."""
 
 
 @functools.cache
@@ -176,6 +187,28 @@ class FileRecords:
         if size == 0:
             return b""
         return os.pread(self._fd, size, position)
+
+    def read_cached(self, position: int, size: int, at_least: int) -> memoryview:
+        """Up to ``size`` bytes from ``position`` as far as the page cache holds them, read without
+        waiting for the disk; WouldBlock when fewer than ``at_least`` (at most what the file has)
+        are cached, or when the file system cannot read without waiting."""
+        size = max(0, min(size, self._size - position))
+        buf = bytearray(size)
+        if size == 0:
+            return memoryview(buf)
+        if not _RWF_NOWAIT:
+            raise WouldBlock(f"{self._path}: no RWF_NOWAIT on this platform")
+        try:
+            n = os.preadv(self._fd, [buf], position, _RWF_NOWAIT)
+        except BlockingIOError:
+            raise WouldBlock(f"{self._path}: {size} bytes at {position} are not all cached") from None
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # the file system reads only by waiting
+                raise WouldBlock(f"{self._path}: {e.strerror}") from None
+            raise
+        if n < min(at_least, size):
+            raise WouldBlock(f"{self._path}: {n} of {size} bytes at {position} cached, {at_least} needed")
+        return memoryview(buf)[:n]
 
     def header_at(self, position: int) -> BatchHeader | None:
         """The batch header at ``position``; None at a torn tail (fewer than 17 bytes left, or

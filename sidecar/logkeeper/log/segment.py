@@ -25,7 +25,7 @@ from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
-from ..records.batch_format import NO_TIMESTAMP
+from ..records.batch_format import HEADER_SIZE, NO_TIMESTAMP
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
 from .file_records import FileRecords, LogOffsetPosition
@@ -46,10 +46,11 @@ class AppendedBatch(NamedTuple):
 
 
 class FetchData(NamedTuple):
-    """Whole batches read from a segment: their bytes, first batch position and base offset."""
+    """Batches read from a segment: their bytes (whole batches, unless read as a slice: then the
+    last may be partial), first batch position and base offset."""
 
     position: int
-    records: bytes
+    records: bytes | memoryview  # memoryview: a read from the page cache only (read_cached)
     first_offset: int
 
 
@@ -199,15 +200,28 @@ class LogSegment:
         return self.log.search_for_offset(offset, max(mapping.position, starting_position))
 
     def read(self, start_offset: int, max_bytes: int, max_position: int | None = None,
-             min_one_batch: bool = True) -> FetchData | None:
+             min_one_batch: bool = True, *, whole_batches: bool = True, cached_only: bool = False) -> FetchData | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` (but at
-        least one batch when ``min_one_batch``), never past ``max_position``."""
+        least one batch when ``min_one_batch``), never past ``max_position``.
+
+        ``whole_batches=False`` reads as Kafka's LogSegment.read does for a fetch: the first batch
+        whole, then bytes up to the limit, which may end inside a batch (Kafka's clients drop a
+        trailing partial batch and fetch it again); only the first batch's header is read, not one
+        per batch. ``cached_only``: only what the page cache holds (FileRecords.read_cached),
+        WouldBlock otherwise."""
         if max_bytes < 0:
             raise ValueError(f"invalid max_bytes {max_bytes} for reading {self.log.path}")
-        start = self.translate_offset(start_offset)
+        mapping = self.offset_index.lookup(start_offset)
+        if cached_only:
+            # the headers read to find the batch must not wait either: the page the search starts
+            # in is probed first (the index itself is mapped, and hot from the appends)
+            self.log.read_cached(mapping.position, HEADER_SIZE, 1)
+        start = self.log.search_for_offset(start_offset, mapping.position)
         if start is None:
             return None
         limit = self.log.size_in_bytes if max_position is None else min(max_position, self.log.size_in_bytes)
+        if not whole_batches:
+            return self._slice(start_offset, start, max_bytes, limit, min_one_batch, cached_only)
         end = start.position
         first_offset = -1
         for position, header in self.log.headers_from(start.position, limit):
@@ -219,7 +233,20 @@ class LogSegment:
             end = position + header.size
         if end == start.position:
             return FetchData(start.position, b"", start_offset)
-        return FetchData(start.position, self.log.read(start.position, end - start.position), first_offset)
+        size = end - start.position
+        data = self.log.read_cached(start.position, size, size) if cached_only else \
+            self.log.read(start.position, size)
+        return FetchData(start.position, data, first_offset)
+
+    def _slice(self, start_offset: int, start: LogOffsetPosition, max_bytes: int, limit: int,
+               min_one_batch: bool, cached_only: bool) -> FetchData:
+        """``read``'s Kafka-style slice: from the batch at ``start`` up to ``max_bytes``."""
+        if start.position + start.size > limit or (start.size > max_bytes and not min_one_batch):
+            return FetchData(start.position, b"", start_offset)  # no whole batch there or in the budget
+        size = min(max(max_bytes, start.size), limit - start.position)
+        data = self.log.read_cached(start.position, size, start.size) if cached_only else \
+            self.log.read(start.position, size)
+        return FetchData(start.position, data, int.from_bytes(data[:8], "big", signed=True))
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (the base offset when empty)."""

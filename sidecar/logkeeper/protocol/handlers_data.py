@@ -15,7 +15,11 @@ request's other partitions are appended.
 Fetch: sessionless (a request to open a fetch session is answered with session id 0, which
 clients take as "no session"); per partition up to ``partition_max_bytes`` and up to
 ``max_bytes`` in all (capped by the sidecar's ``fetch.max.bytes``, as Kafka caps it by its own),
-at least one batch for the first partition with data (as Kafka). The high watermark is the log
+at least one batch for the first partition with data (as Kafka). As Kafka's, a partition's
+records are a slice of its segment: the first batch whole, then up to the limit, so the last
+batch may be partial (clients drop it and fetch it again): no batch header past the first is
+read. A fetch that can answer at most INLINE_FETCH_BYTES is read on the event loop when its
+bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. The high watermark is the log
 end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
 aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
 waits up to ``max_wait_ms`` for an append to one of its partitions; one naming no partition is
@@ -31,6 +35,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..log.file_records import WouldBlock
 from ..log.log import Log
 from ..log.names import TopicPartition
 from ..records.batch_format import ATTRIBUTES_OFFSET, CODEC_MASK
@@ -147,8 +152,22 @@ def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
     return out
 
 
+# A fetch that can answer at most this many bytes (the consumer's default max.partition.fetch.bytes,
+# one partition) is first read on the event loop, from the page cache only: the hand-off to a
+# thread and back cost as much as the read itself (a py-spy profile of ConsumerPerformance, the
+# same finding as INLINE_PRODUCE_BYTES's). The read of a MiB copies it once, well under a
+# millisecond of the loop; a larger fetch, or one whose bytes are not all cached, goes to a thread.
+INLINE_FETCH_BYTES = 1 << 20
+
+
+def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, committed: bool) -> bool:
+    # read_committed also reads transaction indexes (no RWF_NOWAIT there): on a thread
+    return not committed and min(max_bytes, sum(max(0, p["partition_max_bytes"]) for _, p in wanted)) <= \
+        INLINE_FETCH_BYTES
+
+
 def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], budget: int, first: bool,
-                    committed: bool) -> dict[str, Any]:
+                    committed: bool, cached_only: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"partition_index": tp.partition, "error_code": ec.NONE, "high_watermark": -1,
                              "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                              "preferred_read_replica": -1, "records": b""}
@@ -159,13 +178,15 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
         offset = p["fetch_offset"]
         max_bytes = min(p["partition_max_bytes"], budget)
         if max_bytes > 0 or first:
-            data = ctx.sidecar.manager.read(tp, offset, max(max_bytes, 1), max_offset=lso if committed else None,
-                                            min_one_batch=first).records
-            entry["records"] = bytes(data)
+            entry["records"] = ctx.sidecar.manager.read(tp, offset, max(max_bytes, 1),
+                                                        max_offset=lso if committed else None, min_one_batch=first,
+                                                        whole_batches=False, cached_only=cached_only).records
         elif not start <= offset <= leo:
             entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
         if committed:
             entry["aborted_transactions"] = _aborted(lg, offset, lso) if entry["records"] else []
+    except WouldBlock:
+        raise  # the whole fetch goes to a thread
     except Exception as e:
         code = ec.code_of(e)
         if code == ec.UNKNOWN_SERVER_ERROR:
@@ -175,13 +196,22 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
 
 
 def _read_all(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
-              committed: bool) -> tuple[list[dict[str, Any]], int]:
+              committed: bool, cached_only: bool = False) -> tuple[list[dict[str, Any]], int]:
     out, total = [], 0
     for tp, p in wanted:
-        entry = _read_partition(ctx, tp, p, max_bytes - total, total == 0, committed)
+        entry = _read_partition(ctx, tp, p, max_bytes - total, total == 0, committed, cached_only)
         total += len(entry["records"])
         out.append(entry)
     return out, total
+
+
+def _read_inline(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]],
+                 max_bytes: int) -> tuple[list[dict[str, Any]], int] | None:
+    """``_read_all`` from the page cache, on the event loop; None when a read would wait."""
+    try:
+        return _read_all(ctx, wanted, max_bytes, False, cached_only=True)
+    except WouldBlock:
+        return None
 
 
 async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any]:
@@ -193,9 +223,12 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
     else:
         deadline = time.monotonic() + max(0, req["max_wait_ms"]) / 1000.0
         fetch_max = ctx.settings.fetch_max_bytes
+        max_bytes = max(0, min(req["max_bytes"], fetch_max))
+        inline = _fits_inline(wanted, max_bytes, committed)
         while True:
-            results, total = await ctx.run(_read_all, ctx, wanted, max(0, min(req["max_bytes"], fetch_max)),
-                                           committed)
+            read = _read_inline(ctx, wanted, max_bytes) if inline else None
+            results, total = read if read is not None else \
+                await ctx.run(_read_all, ctx, wanted, max_bytes, committed)
             left = deadline - time.monotonic()
             # no partitions: nothing to wait for, so Kafka answers at once. The wait on none
             # returned at once, and this loop spun, reading again, until max_wait_ms
