@@ -332,14 +332,16 @@ def test_a_cached_only_read_answers_from_the_page_cache_or_would_block(tmp_path:
     second = append(seg, 41, b"b" * 50)
     hot = seg.read(40, 10_000, whole_batches=False, cached_only=True)
     assert hot is not None and hot.records == first + second
+    assert seg.read(40, 10_000, cached_only=True).records == first + second  # type: ignore[union-attr]
     seg.flush()  # written back: now the kernel can drop the pages
     fd = os.open(seg.log.path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    with pytest.raises(WouldBlock):
-        seg.read(40, 10_000, whole_batches=False, cached_only=True)
+    for whole in (False, True):
+        with pytest.raises(WouldBlock):
+            seg.read(40, 10_000, whole_batches=whole, cached_only=True)
     assert seg.read(40, 10_000, whole_batches=False).records == first + second  # type: ignore[union-attr]
 
     # a range partly cached answers with its cached part when that holds the first batch whole

@@ -19,8 +19,8 @@ at least one batch for the first partition with data (as Kafka). As Kafka's, a p
 records are a slice of its segment: the first batch whole, then up to the limit, so the last
 batch may be partial (clients drop it and fetch it again): no batch header past the first is
 read. A fetch that can answer at most INLINE_FETCH_BYTES is read on the event loop when its
-bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. The high watermark is the log
-end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
+bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. The high
+watermark is the log end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
 aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
 waits up to ``max_wait_ms`` for an append to one of its partitions; one naming no partition is
 answered at once, as Kafka answers it.
@@ -155,8 +155,8 @@ def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
 # A fetch that can answer at most this many bytes (the consumer's default max.partition.fetch.bytes,
 # one partition) is first read on the event loop, from the page cache only: the hand-off to a
 # thread and back cost as much as the read itself (a py-spy profile of ConsumerPerformance, the
-# same finding as INLINE_PRODUCE_BYTES's). The read of a MiB copies it once, well under a
-# millisecond of the loop; a larger fetch, or one whose bytes are not all cached, goes to a thread.
+# same finding as INLINE_PRODUCE_BYTES's). On the loop the read is one copy from the page cache
+# and an index lookup; a larger fetch, or one whose bytes are not all cached, goes to a thread.
 INLINE_FETCH_BYTES = 1 << 20
 
 
