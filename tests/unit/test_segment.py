@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from logkeeper.errors import LogSegmentOffsetOverflowError
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log import names
-from logkeeper.log.file_records import WouldBlock
+from logkeeper.log.file_records import FileRecords, WouldBlock
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.builder import Record, build_batch
@@ -333,20 +334,20 @@ def test_a_cached_only_read_answers_from_the_page_cache_or_would_block(tmp_path:
     hot = seg.read(40, 10_000, whole_batches=False, cached_only=True)
     assert hot is not None and hot.records == first + second
     assert seg.read(40, 10_000, cached_only=True).records == first + second  # type: ignore[union-attr]
-    seg.flush()  # written back: now the kernel can drop the pages
-    fd = os.open(seg.log.path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    real = os.preadv
+
+    def not_cached(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        if flags & os.RWF_NOWAIT:
+            raise BlockingIOError(errno.EAGAIN, "not cached")
+        return real(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "preadv", not_cached)
     for whole in (False, True):
         with pytest.raises(WouldBlock):
             seg.read(40, 10_000, whole_batches=whole, cached_only=True)
     assert seg.read(40, 10_000, whole_batches=False).records == first + second  # type: ignore[union-attr]
 
     # a range partly cached answers with its cached part when that holds the first batch whole
-    real = os.preadv
-
     def partly(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
         return min(real(fd, buffers, offset, flags), len(first) + 3)
 
@@ -364,3 +365,29 @@ def test_a_cached_only_read_answers_from_the_page_cache_or_would_block(tmp_path:
     with pytest.raises(WouldBlock):
         seg.read(40, 10_000, whole_batches=False, cached_only=True)
     seg.close()
+
+
+def test_bytes_never_in_the_page_cache_would_block_until_read(tmp_path: Path) -> None:
+    """The kernel's side of ``read_cached``: a file written around the page cache (O_DIRECT, so
+    none of its pages is cached; evicting pages with fadvise is only advice, and failed under
+    load) would block; once a plain read brought its pages in, it answers. (Needs a file system
+    with O_DIRECT: tmp_path is on the disk.)"""
+    path = tmp_path / "direct.log"
+    block = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+    block.write(b"x" * 4096)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    except OSError as e:  # tmpfs: no O_DIRECT, and every page of it is always "cached"
+        pytest.skip(f"{tmp_path} has no O_DIRECT: {e}")
+    try:
+        assert os.write(fd, block) == 4096
+    finally:
+        os.close(fd)
+    records = FileRecords(path, writable=False)
+    try:
+        with pytest.raises(WouldBlock):
+            records.read_cached(0, 4096, 1)
+        assert records.read(0, 4096) == b"x" * 4096  # a plain read: now the pages are cached
+        assert bytes(records.read_cached(0, 4096, 1)) == b"x" * 4096
+    finally:
+        records.close()
