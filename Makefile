@@ -170,7 +170,7 @@ bench: setup
 # KRaft broker (bench/results/kafka_perf.md; again with each server on a core of its own and the
 # tools on the other: kafka_perf_pinned.md), then both log cleaners on the same >= 1 GiB
 # uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md). Each comparison prints
-# 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'. About 9 min on 2 cores.
+# 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'. 10-20 min on 2 cores.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
