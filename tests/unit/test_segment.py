@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from logkeeper.errors import LogSegmentOffsetOverflowError
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log import names
-from logkeeper.log.file_records import FileRecords, WouldBlock
+from logkeeper.log.file_records import WouldBlock
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.builder import Record, build_batch
@@ -366,28 +365,3 @@ def test_a_cached_only_read_answers_from_the_page_cache_or_would_block(tmp_path:
         seg.read(40, 10_000, whole_batches=False, cached_only=True)
     seg.close()
 
-
-def test_bytes_never_in_the_page_cache_would_block_until_read(tmp_path: Path) -> None:
-    """The kernel's side of ``read_cached``: a file written around the page cache (O_DIRECT, so
-    none of its pages is cached; evicting pages with fadvise is only advice, and failed under
-    load) would block; once a plain read brought its pages in, it answers. (Needs a file system
-    with O_DIRECT: tmp_path is on the disk.)"""
-    path = tmp_path / "direct.log"
-    block = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
-    block.write(b"x" * 4096)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
-    except OSError as e:  # tmpfs: no O_DIRECT, and every page of it is always "cached"
-        pytest.skip(f"{tmp_path} has no O_DIRECT: {e}")
-    try:
-        assert os.write(fd, block) == 4096
-    finally:
-        os.close(fd)
-    records = FileRecords(path, writable=False)
-    try:
-        with pytest.raises(WouldBlock):
-            records.read_cached(0, 4096, 1)
-        assert records.read(0, 4096) == b"x" * 4096  # a plain read: now the pages are cached
-        assert bytes(records.read_cached(0, 4096, 1)) == b"x" * 4096
-    finally:
-        records.close()
