@@ -119,6 +119,11 @@ pytestmark = [pytest.mark.skipif(_why_not is not None, reason=f"FUSE unusable he
               pytest.mark.timeout(max(600, 5 * CUTS))]
 
 
+def author_of(i: int, writer: int, deletions: int) -> int:
+    """The writer id partition ``i``'s records carry: DELETED_TOPIC's grows with each deletion."""
+    return writer * DELETIONS + deletions if i == DELETED_TOPIC else writer
+
+
 def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # pragma: no cover - child
     """Append at random, sending each promise as soon as the call that makes it returned. Now
     and then the manager is shut down cleanly (a promise of everything: shutdown flushes every
@@ -145,7 +150,7 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         appends = rng.randint(20, 400) if rng.random() < 0.3 else 1 << 62
         for _ in range(appends):
             i = rng.randrange(len(PARTITIONS))
-            author = writer * DELETIONS + deletions if i == DELETED_TOPIC else writer
+            author = author_of(i, writer, deletions)
             if i == DELETED_TOPIC and deletions < DELETIONS - 1 and rng.random() < 0.1:
                 os.write(out_fd, MSG.pack(DELETING, i, 0, 0))
                 m.delete_log(PARTITIONS[i])  # renamed -delete, durable, removed 20 ms later
@@ -174,8 +179,7 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         cleaner.shutdown()
         m.shutdown()
         for i, lg in enumerate(logs):
-            author = writer * DELETIONS + deletions if i == DELETED_TOPIC else writer
-            os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, author))
+            os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, author_of(i, writer, deletions)))
     time.sleep(3600)  # the cut comes
 
 

@@ -193,11 +193,11 @@ class FileRecords:
         waiting for the disk; WouldBlock when fewer than ``at_least`` (at most what the file has)
         are cached, or when the file system cannot read without waiting."""
         size = max(0, min(size, self._size - position))
-        buf = bytearray(size)
         if size == 0:
-            return memoryview(buf)
+            return memoryview(b"")
         if not _RWF_NOWAIT:
             raise WouldBlock(f"{self._path}: no RWF_NOWAIT on this platform")
+        buf = bytearray(size)
         try:
             n = os.preadv(self._fd, [buf], position, _RWF_NOWAIT)
         except BlockingIOError:

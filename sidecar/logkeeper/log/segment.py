@@ -194,10 +194,15 @@ class LogSegment:
             self.bytes_since_last_index_entry += size
 
     # ------------------------------------------------------------------ reads
-    def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
-        """The first batch whose last offset >= ``offset``, searched from the index entry."""
-        mapping = self.offset_index.lookup(offset)
-        return self.log.search_for_offset(offset, max(mapping.position, starting_position))
+    def translate_offset(self, offset: int, starting_position: int = 0, *,
+                         cached_only: bool = False) -> LogOffsetPosition | None:
+        """The first batch whose last offset >= ``offset``, searched from the index entry. With
+        ``cached_only`` the search must not wait for the disk either: the page it starts in is
+        probed first, WouldBlock if not cached (the index itself is mapped, and hot from appends)."""
+        position = max(self.offset_index.lookup(offset).position, starting_position)
+        if cached_only:
+            self.log.read_cached(position, HEADER_SIZE, 1)
+        return self.log.search_for_offset(offset, position)
 
     def read(self, start_offset: int, max_bytes: int, max_position: int | None = None,
              min_one_batch: bool = True, *, whole_batches: bool = True, cached_only: bool = False) -> FetchData | None:
@@ -211,12 +216,7 @@ class LogSegment:
         WouldBlock otherwise."""
         if max_bytes < 0:
             raise ValueError(f"invalid max_bytes {max_bytes} for reading {self.log.path}")
-        mapping = self.offset_index.lookup(start_offset)
-        if cached_only:
-            # the headers read to find the batch must not wait either: the page the search starts
-            # in is probed first (the index itself is mapped, and hot from the appends)
-            self.log.read_cached(mapping.position, HEADER_SIZE, 1)
-        start = self.log.search_for_offset(start_offset, mapping.position)
+        start = self.translate_offset(start_offset, cached_only=cached_only)
         if start is None:
             return None
         limit = self.log.size_in_bytes if max_position is None else min(max_position, self.log.size_in_bytes)

@@ -20,10 +20,10 @@ records are a slice of its segment: the first batch whole, then up to the limit,
 batch may be partial (clients drop it and fetch it again): no batch header past the first is
 read. A fetch that can answer at most INLINE_FETCH_BYTES is read on the event loop when its
 bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. The high
-watermark is the log end offset (one replica). ``read_committed`` reads below the last stable offset and lists the
-aborted transactions from the transaction indexes. With less than ``min_bytes`` the request
-waits up to ``max_wait_ms`` for an append to one of its partitions; one naming no partition is
-answered at once, as Kafka answers it.
+watermark is the log end offset (one replica). ``read_committed`` reads below the last stable
+offset and lists the aborted transactions from the transaction indexes. With less than
+``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions;
+one naming no partition is answered at once, as Kafka answers it.
 
 ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
 holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
