@@ -40,6 +40,12 @@ T = TypeVar("T")
 FILE_CALL_THREADS = 4
 
 
+def as_path(path: Path | str) -> Path:
+    """``path`` as a Path, without building a new one from a Path: ``Path(p)`` parses p's parts
+    again, and a log directory's thousands of segments each open four files at load."""
+    return path if isinstance(path, Path) else Path(path)
+
+
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int, written: int = 0) -> None:
     """Write ``data[written:]`` at ``position + written``, again after each short write."""
     view = memoryview(data)

@@ -79,7 +79,7 @@ import numpy as np
 import numpy.typing as npt
 
 from logkeeper.errors import IndexOffsetOverflowError
-from logkeeper.fileio import allocate_blocks, first_hole, pwrite_all
+from logkeeper.fileio import allocate_blocks, as_path, first_hole, pwrite_all
 from logkeeper.index.search import entries_below, search
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes default
@@ -123,7 +123,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
         # entries reach them (module docstring: for an index written at once and trimmed)
         self._chunk = mmap.PAGESIZE if lazy_blocks else ALLOCATION_CHUNK_BYTES
         self._lazy = lazy_blocks
-        self._path = Path(path)
+        self._path = as_path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
         self._writable = writable
@@ -156,11 +156,13 @@ class AbstractIndex(ABC, Generic[EntryT]):
         created = False
         filled = 0
         if self._writable:
+            # the file is there when a log loads (thousands of them): try that first, and create
+            # it (O_EXCL: to know it was made here) only when it is missing
             try:
+                fd = os.open(self._path, os.O_RDWR)
+            except FileNotFoundError:
                 fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
                 created = True
-            except FileExistsError:
-                fd = os.open(self._path, os.O_RDWR)
         else:
             fd = os.open(self._path, os.O_RDONLY)  # a missing file raises FileNotFoundError
         try:
@@ -479,7 +481,7 @@ class AbstractIndex(ABC, Generic[EntryT]):
             try:
                 os.replace(self._path, path)
             finally:
-                self._path = Path(path)
+                self._path = as_path(path)
 
     def update_parent_dir(self, parent_dir: Path) -> None:
         """Point at the same file name in another directory (after the directory was renamed)."""

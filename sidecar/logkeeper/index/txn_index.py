@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import CorruptIndexError
-from ..fileio import fsync_if_exists
+from ..fileio import as_path, fsync_if_exists
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
@@ -45,7 +45,7 @@ class AbortedTxn(NamedTuple):
 
 class TransactionIndex:
     def __init__(self, path: Path, base_offset: int) -> None:
-        self._path = Path(path)
+        self._path = as_path(path)
         self.base_offset = base_offset
         self._lock = threading.Lock()
         self._entries: list[AbortedTxn] = self._read()
@@ -59,10 +59,14 @@ class TransactionIndex:
         return list(self._entries)
 
     def _read(self) -> list[AbortedTxn]:
-        try:
-            data = self._path.read_bytes()
+        try:  # a raw descriptor: most segments have no file, and a log loads thousands of them
+            fd = os.open(self._path, os.O_RDONLY)
         except FileNotFoundError:  # no transaction was ever aborted in this segment
             return []
+        try:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
         if len(data) % ENTRY_SIZE:
             raise CorruptIndexError(
                 f"transaction index {self._path} has {len(data)} bytes, not a multiple of {ENTRY_SIZE}"
@@ -127,7 +131,7 @@ class TransactionIndex:
             os.replace(self._path, new_path)
         except FileNotFoundError:
             pass
-        self._path = Path(new_path)
+        self._path = as_path(new_path)
 
     def delete_if_exists(self) -> bool:
         try:

@@ -28,7 +28,7 @@ from typing import NamedTuple, cast
 import numpy as np
 
 from ..errors import CorruptRecordError, LengthPastEndError, ShortBatchError
-from ..fileio import pwrite_all
+from ..fileio import as_path, pwrite_all
 from ..records.batch import BatchHeader
 from ..records.batch_format import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC
 from ..records.scan import BatchTable, scan_batches
@@ -83,7 +83,7 @@ class FileRecords:
     """A ``.log`` file opened for appends (or read-only), with its size tracked in memory."""
 
     def __init__(self, path: Path, *, writable: bool = True, size: int | None = None) -> None:
-        self._path = Path(path)
+        self._path = as_path(path)
         flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
         self._fd = os.open(self._path, flags, 0o644)
         self._writable = writable
@@ -167,7 +167,7 @@ class FileRecords:
 
     def rename_to(self, new_path: Path) -> None:
         os.replace(self._path, new_path)
-        self._path = Path(new_path)
+        self._path = as_path(new_path)
         with self._map_lock:
             # a renamed segment leaves the log (.deleted) or enters it (.cleaned, .swap): the
             # mapping of a file that stays where it is is what readers share

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError, RecordTooLargeError
-from ..fileio import CrashHook, fsync_dir
+from ..fileio import CrashHook, as_path, fsync_dir
 from . import names, producer_snapshot
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
@@ -79,7 +79,7 @@ class Log:
         rng: random.Random | None = None,
         producer_expiration_ms: int = DAY_MS,
     ) -> None:
-        self.dir = Path(directory)
+        self.dir = as_path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic_partition: TopicPartition = names.PartitionDirName.parse(self.dir.name).topic_partition
         self.config = config or LogConfig.from_props()

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
+from ..fileio import as_path
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
@@ -90,7 +91,7 @@ class LogSegment:
         writable: bool = True,
         lazy_index_blocks: bool = False,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = as_path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
