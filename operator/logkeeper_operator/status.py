@@ -13,7 +13,8 @@ its writing against what the CRD admits. In short:
     cleaningState        "idle" | "cleaning N/M" | "unknown"
     lastSeenTime         when the sidecar last answered /v1/status; while it does not, Ready is
                          Unknown (SidecarUnreachable) and the rest is the last seen
-    partitions           the first MAX_PARTITIONS_LISTED (partitionsTruncated says when more)
+    partitions           the first MAX_PARTITIONS_LISTED (partitionsTruncated says when more);
+                         cleaningProgress while a round runs ("indexing 45%")
     offlineDirs, offlinePartitions (the first MAX_PARTITIONS_LISTED), uncleanablePartitions, backlogs
 
 Conditions keep their lastTransitionTime while their status stays the same; each change of a
@@ -78,6 +79,8 @@ class PartitionEntry(TypedDict):
     compacted: bool
     dirtyRatio: NotRequired[float | None]
     cleaningState: str
+    cleaningProgress: NotRequired[Annotated[str | None, Doc("While a round runs: its phase and how far, e.g. "
+                                                            "indexing 45%")]]
     lastCleanedTime: NotRequired[Annotated[str | None, Also(format="date-time")]]
     uncleanable: NotRequired[Annotated[str | None, Doc("Why it is uncleanable, while it is")]]
     backlog: bool
@@ -199,6 +202,11 @@ def _present(entry: _Entry) -> _Entry:
     return {k: v for k, v in entry.items() if v is not None}  # type: ignore[return-value]
 
 
+def _progress(p: PartitionStatus) -> str | None:
+    running = p.get("round_progress")
+    return f"{running['phase']} {running['percent']}%" if running else None
+
+
 def _partition_entry(p: PartitionStatus) -> PartitionEntry:
     last = p.get("last_round")
     finished = last.get("finished_ms") if last else None
@@ -212,6 +220,7 @@ def _partition_entry(p: PartitionStatus) -> PartitionEntry:
         compacted=bool(p.get("compacted")),
         dirtyRatio=p.get("dirty_ratio"),
         cleaningState=p.get("cleaning_state") or "none",
+        cleaningProgress=_progress(p),
         lastCleanedTime=rfc3339(finished / 1000) if isinstance(finished, int) else None,
         uncleanable=unc.get("reason") if unc else None,
         backlog=bool(p.get("backlog")),
@@ -272,7 +281,8 @@ def build_status(sidecar: Status | None, pod: PodState,
         unclean = [UncleanableEntry(partition=_name(p), reason=u["reason"], failures=u["failures"])
                    for p in parts if (u := p.get("uncleanable"))]
         backlogs = [_backlog_entry(p) for p in parts if p.get("backlog")]
-        active = [_name(p) for p in parts if p.get("cleaning_state") == "in-progress"]
+        active = [_name(p) + (f" ({how})" if (how := _progress(p)) else "")
+                  for p in parts if p.get("cleaning_state") == "in-progress"]
         compacted = [p for p in parts if p.get("compacted")]
         ratios = [float(r) for p in parts if (r := p.get("dirty_ratio")) is not None]
         cleaner = sidecar.get("cleaner") or {}

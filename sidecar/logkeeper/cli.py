@@ -86,7 +86,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     with _importing():
         from .cleaner.clean_command import run_clean
 
-    return run_clean(Path(args.log_dir), _overrides(args.config), sys.stdout, lambda: int(time.time() * 1000))
+    return run_clean(Path(args.log_dir), _overrides(args.config), sys.stdout, lambda: int(time.time() * 1000),
+                     err=sys.stderr)
 
 
 def _cmd_resolve_duplicates(args: argparse.Namespace) -> int:

@@ -139,3 +139,29 @@ def test_a_corrupt_partition_fails_alone(tmp_path: Path) -> None:
     assert f"{bad.topic_partition}: failed: " in text and "bad magic" in text.lower()
     assert "Error" not in text  # a sentence about the data, no exception class names
     assert not list(tmp_path.glob("*/*.cleaned"))
+
+
+def test_a_long_round_says_how_far_it_has_come_on_stderr(tmp_path: Path) -> None:
+    write_partition(tmp_path, "orders-0", 400, 7)
+    out, err = io.StringIO(), io.StringIO()
+    # every 0 s: a line at each of the round's abort checks, in both phases
+    assert run_clean(tmp_path, {}, out, lambda: NOW, err=err, progress_every_s=0) == 0
+    progress = re.compile(r"orders-0: (indexing|cleaning) ([\d,.]+) of ([\d,.]+) MB \((\d+)%\), \d+ s into the round")
+    lines = err.getvalue().splitlines()
+    assert lines and all(progress.fullmatch(line) for line in lines), lines
+    parsed = [progress.fullmatch(line).groups() for line in lines]  # type: ignore[union-attr]
+    phases = [p[0] for p in parsed]
+    assert phases == sorted(phases, key=["indexing", "cleaning"].index), phases  # indexing, then cleaning
+    assert set(phases) == {"indexing", "cleaning"}
+    for phase in ("indexing", "cleaning"):
+        percents = [int(p[3]) for p in parsed if p[0] == phase]
+        assert percents == sorted(percents) and percents[0] >= 0 and percents[-1] <= 100
+        assert all(float(p[1].replace(",", "")) <= float(p[2].replace(",", "")) for p in parsed if p[0] == phase)
+    assert "orders-0: cleaned in 1 round" in out.getvalue() and "into the round" not in out.getvalue()
+
+
+def test_a_short_round_prints_no_progress(tmp_path: Path) -> None:
+    write_partition(tmp_path, "orders-0", 400, 7)
+    err = io.StringIO()
+    assert run_clean(tmp_path, {}, io.StringIO(), lambda: NOW, err=err, progress_every_s=3600) == 0
+    assert err.getvalue() == ""

@@ -52,6 +52,21 @@ def test_healthy_cleaning() -> None:
     b0 = next(p for p in st["partitions"] if p["partition"] == "b-0")
     assert "dirtyRatio" not in b0 and "uncleanable" not in b0 and "lastCleanedTime" not in b0
     assert st["lastSeenTime"] == "T1"
+    assert cond(st, "Cleaning")["message"] == "cleaning a-1" and "cleaningProgress" not in a1
+
+
+def test_a_running_round_shows_how_far_it_has_come() -> None:
+    running = {"phase": "cleaning", "done_bytes": 30, "total_bytes": 40, "percent": 75, "elapsed_ms": 9000}
+    doc = sidecar(partitions=[part("a", 0), part("a", 1, cleaning_state="in-progress", round_progress=running)])
+    st, events = build_status(doc, RUNNING, None, "T1")
+    a1 = next(p for p in st["partitions"] if p["partition"] == "a-1")
+    assert a1["cleaningProgress"] == "cleaning 75%"
+    assert cond(st, "Cleaning")["message"] == "cleaning a-1 (cleaning 75%)"
+    assert st["summary"]["cleaning"] == 1 and st["cleaningState"] == "cleaning 1/2"
+    # the next poll, further on: the same condition (no new event), its message moved
+    doc["partitions"][1]["round_progress"] = {**running, "percent": 90}
+    again, events = build_status(doc, RUNNING, st["conditions"], "T2")
+    assert cond(again, "Cleaning")["message"] == "cleaning a-1 (cleaning 90%)" and events == []
 
 
 def test_degraded_offline_uncleanable_backlog() -> None:

@@ -19,8 +19,10 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from logkeeper.cleaner.backlog import Backlog
+from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offload import OffloadStatus
 from logkeeper.cleaner.offload_progress import Progress, SparkStage, write_progress
+from logkeeper.cleaner.round_progress import RoundProgress
 from logkeeper.log.names import TopicPartition
 from logkeeper.server.auth import TokenFile
 from logkeeper.server.config import config_from_document
@@ -103,7 +105,10 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             # the other directory fails: its partitions are offline, kept-0's stay
             failed = next(d for d in logs.values() if d is not logs[k0])
             sidecar.manager.handle_log_dir_failure(failed, "Input/output error (test)")
-            out["status"] = await (await c.get("/v1/status")).json()
+            # a round running on kept-0 (the cleaner's threads wait out their backoff here)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(Cleaner, "progress", lambda _self: RoundProgress(k0, "indexing", 450, 1000, 1200))
+                out["status"] = await (await c.get("/v1/status")).json()
             out["openapi"] = await (await c.get("/openapi.json")).json()
             out["failed_dir"] = str(failed.path)
 
@@ -122,6 +127,9 @@ def test_the_answer_covers_every_part_of_the_contract(answers: dict[str, Any]) -
     assert doc["offline_partitions"] and all(p["log_dir"] == answers["failed_dir"] for p in doc["offline_partitions"])
     k0 = next(p for p in parts if (p["topic"], p["partition"]) == ("kept", 0))
     assert k0["last_round"] and k0["uncleanable"] and k0["backlog"] and k0["backlog_detail"]
+    assert k0["round_progress"] == {"phase": "indexing", "done_bytes": 450, "total_bytes": 1000, "percent": 45,
+                                    "elapsed_ms": 1200}
+    assert all(p["round_progress"] is None for p in parts if p is not k0)
     assert any(p["dirty_ratio"] is None for p in parts) and any(p["dirty_ratio"] is not None for p in parts)
 
 
@@ -200,6 +208,8 @@ def test_the_operator_parses_it_into_a_status_the_crd_admits(answers: dict[str, 
                                                                        "Degraded": "True"}
     assert [p["partition"] for p in status["partitions"]] == [f"{p['topic']}-{p['partition']}"
                                                                for p in doc["partitions"]]
+    assert [(p["partition"], p.get("cleaningProgress")) for p in status["partitions"]
+            if "cleaningProgress" in p] == [("kept-0", "indexing 45%")]
     # no nulls in the merge patch (a null deletes the key), but for an offline dir's error
     assert [path for path, v in walk(status) if v is None] == []
 

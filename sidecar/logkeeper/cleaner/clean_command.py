@@ -19,7 +19,9 @@ dirty ratio exceeds min.cleanable.dirty.ratio (pass ``min.cleanable.dirty.ratio=
 whatever is dirty).
 
 Output: Kafka's stats lines for each round, then one line per log saying what was done or why
-nothing was (clean_report.py). Exit status: 0 when every log was cleaned or had nothing to
+nothing was (clean_report.py). On stderr, a round that runs longer than PROGRESS_EVERY_S says
+every PROGRESS_EVERY_S how far it has come (``orders-0: indexing 512.0 of 1,125.2 MB (45%), 10 s
+into the round``: round_progress.py). Exit status: 0 when every log was cleaned or had nothing to
 clean; 1 when some partition failed (its line names the error; the others are still cleaned);
 2 for a bad argument or a directory that is not a log dir (log_dir_rule.py; nothing is touched).
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,10 +48,12 @@ from .clean_report import Tally, why_not_cleaned
 from .config import CLEANER_SETTINGS, CleanerConfig
 from .log_cleaner import LogCleaner
 from .offset_map import BYTES_PER_SLOT
+from .round_progress import ProgressLines
 from .stats import CleanerStats
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_ROUNDS = 1_000_000  # a bound on the loop; every round moves a checkpoint forward
+PROGRESS_EVERY_S = 10.0  # a round's progress line on stderr, once it has run this long, then as often
 
 _LOG = logging.getLogger(__name__)
 
@@ -178,10 +183,13 @@ def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:
 
 
 def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int],
-              round_sink: Callable[[TopicPartition, CleanerStats], None] | None = None) -> int:
+              round_sink: Callable[[TopicPartition, CleanerStats], None] | None = None, *,
+              err: TextIO | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> int:
     """Clean every log of ``log_dir``; 0, or 1 when some partition failed. A wrong directory or
     config raises UsageError / InvalidConfigError before anything is opened. ``round_sink`` is
-    given each round's stats (bench/bench_spark.py sums them)."""
+    given each round's stats (bench/bench_spark.py sums them). ``err``: where a round that runs
+    longer than ``progress_every_s`` says how far it has come, every ``progress_every_s``
+    (round_progress.py); stdout keeps Kafka's stats lines and the per-log lines only."""
     log_dir = Path(log_dir)
     require_log_dir(log_dir, "clean")
     cleaner_config, topic_config = split_overrides(overrides)
@@ -200,7 +208,10 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
     # the worker (and its offset map) first: the map's table is made while the logs open
     cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
                          message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
-    worker = cleaner.new_worker(0)
+    progress = ProgressLines(err, progress_every_s, time.monotonic) if err is not None else None
+    worker = cleaner.new_worker(0, progress.tick if progress is not None else None)
+    if progress is not None:
+        progress.watch(worker.cleaner.progress)
     offset_map = worker.cleaner.offset_map
     if _segment_bytes(log_dir) >= offset_map.capacity_slots * BYTES_PER_SLOT:
         offset_map.warm()  # a log smaller than the map is unlikely to need the full table

@@ -47,6 +47,7 @@ from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
 from .offset_map import OffsetMap
 from .producers import LastRecord, last_records_of_active_producers
+from .round_progress import LiveRound, RoundProgress
 from .selection import LogToClean
 from .stats import CleanerStats, MonotonicMs, monotonic_ms
 from .throttler import Throttler
@@ -205,15 +206,30 @@ class Cleaner:
         self.check_done = check_done
         self.producer_expiration_ms = producer_expiration_ms
         self.crash_hook = crash_hook
+        self._live: LiveRound | None = None  # the round running now (round_progress.py)
 
     # ------------------------------------------------------------------ a round
     def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
         return self.do_clean(cleanable, self.clock_ms())
 
+    def progress(self) -> RoundProgress | None:
+        """How far the round running now has come; None between rounds. Any thread may ask."""
+        live = self._live
+        return live.snapshot() if live is not None else None
+
     def do_clean(self, cleanable: LogToClean, now_ms: int) -> tuple[int, CleanerStats]:
         """Clean the log of ``cleanable``; return the first offset not cleaned and the stats."""
-        log = cleanable.log
         stats = CleanerStats(self.stats_clock_ms)
+        live = LiveRound(cleanable.topic_partition, stats, cleanable.cleanable_bytes)
+        self._live = live
+        try:
+            return self._do_clean(cleanable, now_ms, stats, live)
+        finally:
+            self._live = None
+
+    def _do_clean(self, cleanable: LogToClean, now_ms: int, stats: CleanerStats,
+                  live: LiveRound) -> tuple[int, CleanerStats]:
+        log = cleanable.log
         upper_bound = cleanable.first_uncleanable_offset
         self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound, self.offset_map, stats)
         end_offset = self.offset_map.latest_offset + 1
@@ -221,6 +237,7 @@ class Cleaner:
         txns = CleanedTransactionMetadata()
         groups = group_segments_by_size(log.segments.values(0, end_offset), log.config.segment_bytes,
                                         log.config.max_index_size, upper_bound)
+        live.rewrite_bytes = sum(seg.size_in_bytes for group in groups for seg in group)
         # once a round, not once a group (it reads every segment's batch headers: with 1 MiB segments
         # that made a round quadratic in the segments). Producers that append or expire meanwhile
         # only make this keep a batch the current state would let go: never the other way round.

@@ -9,7 +9,8 @@ schemas and the operator's parser come):
 Per partition: ``dirty_ratio`` is the cleaner's cleanable ratio (cleanable bytes / (clean +
 cleanable bytes), selection.py), computed now from its checkpoint, for compacted logs only (null
 otherwise, or when nothing is outside the active segment: the ratio is 0/0 then);
-``cleaning_state`` is none, in-progress, aborted or paused(n); ``last_round`` the last finished
+``cleaning_state`` is none, in-progress, aborted or paused(n); ``round_progress`` while a round
+runs, its phase and bytes read (cleaner/round_progress.py); ``last_round`` the last finished
 round's figures and Kafka's stats line (cleaning.py);
 ``uncleanable`` {reason, failures, retry_at_ms} while the partition is marked uncleanable;
 ``backlog`` whether the cleaner marked it as more keys than one offset map holds (backlog.py),
@@ -61,6 +62,8 @@ def build_status(sidecar: Sidecar) -> Status:
     backlogs = cm.backlogs()
     offloads = cleaner.offload_status()
     uncleanable = {tp: u for d in cm.log_dirs for tp, u in cm.uncleanable_partitions(d).items()}
+    workers = [t.worker for t in cleaner.threads] + sidecar.cleaning.manual_workers()
+    running = {p.topic_partition: p for w in workers if (p := w.cleaner.progress()) is not None}
     partitions = []
     for tp, lg, d in sorted(manager.logs_with_dirs(), key=lambda x: (x[0].topic, x[0].partition)):
         u = uncleanable.get(tp)
@@ -73,7 +76,7 @@ def build_status(sidecar: Sidecar) -> Status:
             last_stable_offset=offsets["last_stable_offset"], recovery_point=offsets["recovery_point"],
             compacted=lg.config.compact, cleaner_checkpoint=checkpoints.get(tp), dirty_ratio=None,
             cleanable_bytes=None, cleaning_state=state_name(states.get(tp)),
-            last_round=reports.get(tp),
+            round_progress=running[tp].to_dict() if tp in running else None, last_round=reports.get(tp),
             uncleanable={"reason": u.reason, "failures": u.failures, "retry_at_ms": u.retry_at_ms} if u else None,
             backlog=backlog is not None,
             backlog_detail=_backlog_detail(backlog) if backlog is not None else None,
@@ -84,7 +87,6 @@ def build_status(sidecar: Sidecar) -> Status:
             except (ValueError, RuntimeError, OSError) as e:  # the log closed or deleted meanwhile
                 entry["error"] = f"{type(e).__name__}: {e}"
         partitions.append(entry)
-    workers = [t.worker for t in cleaner.threads] + sidecar.cleaning.manual_workers()
     metrics: CleanerStatus = {**cleaner.metrics(workers).to_dict(), "threads": len(cleaner.threads),
                               "alive_threads": sum(1 for t in cleaner.threads if t.is_alive())}
     return Status(

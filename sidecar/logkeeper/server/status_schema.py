@@ -7,7 +7,8 @@ typed_schema.schema_of), and the operator reads it through the same types
 from the operator's own typed dicts (logkeeper_operator/status.py, crdgen.py).
 tests/unit/test_status_contract.py checks a real sidecar's answer against the generated schemas
 and the operator's parser. A partition's ``offload`` is typed where it is made: the hand-off by
-cleaner/offload.py, the Spark job's progress by cleaner/offload_progress.py.
+cleaner/offload.py, the Spark job's progress by cleaner/offload_progress.py; so is its
+``round_progress``, by cleaner/round_progress.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated, Literal, NotRequired, TypedDict
 
 from ..cleaner.metrics import CleanerMetricsDoc
 from ..cleaner.offload import Offload
+from ..cleaner.round_progress import RoundProgressStatus
 from ..typed_schema import Also, Doc, typed_dicts_in
 
 
@@ -86,6 +88,8 @@ class PartitionStatus(TypedDict):
     dirty_ratio: Annotated[float | None, Doc("Cleanable / (clean + cleanable) bytes; null unless compacted")]
     cleanable_bytes: int | None
     cleaning_state: Annotated[str, Doc("none, in-progress, aborted or paused(n)")]
+    round_progress: Annotated[RoundProgressStatus | None, Doc("How far the round cleaning it now has come, "
+                                                              "while one runs")]
     last_round: Round | None
     uncleanable: Uncleanable | None
     backlog: Annotated[bool, Doc("More keys than one offset map holds (cleaner/backlog.py)")]
