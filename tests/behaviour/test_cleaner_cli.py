@@ -28,6 +28,10 @@ STATS = re.compile(
     r"\tEnd size: [\d,.]+ MB \([\d,]+ messages\)\n"
     r"\t-?[\d.]+% size reduction \(-?[\d.]+% fewer messages\)\n")
 
+TIMES = re.compile(r"logkeeper clean: (?P<total>[\d.]+) s: opening (?P<logs>\d+ logs?) (?P<open>[\d.]+) s, "
+                   r"cleaning (?P<clean>[\d.]+) s, closing (?P<close>[\d.]+) s, "
+                   r"removing replaced files (?P<remove>[\d.]+) s")
+
 
 def write_partition(root: Path, name: str, n: int, keys: int, *, roll: bool = True) -> Log:
     log = Log(root / name, LogConfig.from_props({"segment.bytes": 2048}), clock_ms=lambda: NOW)
@@ -147,8 +151,9 @@ def test_a_long_round_says_how_far_it_has_come_on_stderr(tmp_path: Path) -> None
     # every 0 s: a line at each of the round's abort checks, in both phases
     assert run_clean(tmp_path, {}, out, lambda: NOW, err=err, progress_every_s=0) == 0
     progress = re.compile(r"orders-0: (indexing|cleaning) ([\d,.]+) of ([\d,.]+) MB \((\d+)%\), \d+ s into the round")
-    lines = err.getvalue().splitlines()
+    *lines, times = err.getvalue().splitlines()
     assert lines and all(progress.fullmatch(line) for line in lines), lines
+    assert TIMES.fullmatch(times), times
     parsed = [progress.fullmatch(line).groups() for line in lines]  # type: ignore[union-attr]
     phases = [p[0] for p in parsed]
     assert phases == sorted(phases, key=["indexing", "cleaning"].index), phases  # indexing, then cleaning
@@ -160,8 +165,12 @@ def test_a_long_round_says_how_far_it_has_come_on_stderr(tmp_path: Path) -> None
     assert "orders-0: cleaned in 1 round" in out.getvalue() and "into the round" not in out.getvalue()
 
 
-def test_a_short_round_prints_no_progress(tmp_path: Path) -> None:
+def test_a_short_round_prints_no_progress_only_where_the_time_went(tmp_path: Path) -> None:
     write_partition(tmp_path, "orders-0", 400, 7)
+    write_partition(tmp_path, "orders-1", 40, 7)
     err = io.StringIO()
     assert run_clean(tmp_path, {}, io.StringIO(), lambda: NOW, err=err, progress_every_s=3600) == 0
-    assert err.getvalue() == ""
+    [line] = err.getvalue().splitlines()
+    m = TIMES.fullmatch(line)
+    assert m is not None and m["logs"] == "2 logs", line
+    assert float(m["total"]) >= sum(float(m[k]) for k in ("open", "clean", "close", "remove")) - 0.02

@@ -1,4 +1,5 @@
-"""``logkeeper clean``'s closing lines: one per log, saying what was done or why nothing was.
+"""``logkeeper clean``'s closing lines: one per log, saying what was done or why nothing was;
+and on stderr where the command's time went (``PhaseTimes``).
 
 Kafka's cleaner is silent about the logs it skips; a user of the command cannot tell "nothing to
 do" from "did not look". The reasons follow the cleaner's own selection (selection.py,
@@ -7,6 +8,8 @@ CleanerManager.grab_filthiest_compacted_log), checked in the order it applies th
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..log.log import Log
@@ -32,6 +35,27 @@ class Tally:
         t = self.total
         return (f"cleaned in {rounds}: {t.messages_read:,} records read, {t.messages_written:,} kept; "
                 f"{t.bytes_read:,} bytes read, {t.bytes_written:,} written")
+
+
+class PhaseTimes:
+    """Where the command's time went, phase by phase, for its last stderr line: ``logkeeper clean:
+    12.31 s: opening 1 log 0.30 s, cleaning 10.90 s, closing 0.10 s, removing replaced files 0.74
+    s``. Starting Python and importing come before it: a process's wall time less the total
+    (bench/bench_kafka_cleaner.py reports both)."""
+
+    def __init__(self, clock_s: Callable[[], float] = time.monotonic) -> None:
+        self._clock_s = clock_s
+        self._start = self._last = clock_s()
+        self.phases: list[tuple[str, float]] = []
+
+    def done(self, phase: str) -> None:
+        now = self._clock_s()
+        self.phases.append((phase, now - self._last))
+        self._last = now
+
+    def line(self) -> str:
+        return (f"logkeeper clean: {self._last - self._start:.2f} s: "
+                + ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in self.phases))
 
 
 def why_not_cleaned(log: Log, checkpoint: int | None, now_ms: int) -> str:
