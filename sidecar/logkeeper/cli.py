@@ -23,6 +23,7 @@ from typing import Any
 from .errors import UsageError
 from .exit_codes import EXIT_DATA, EXIT_INTERRUPTED, EXIT_OK, HELP, USER_ERRORS, explain
 from .log.names import offset_from_file_name
+from .progress_lines import EVERY_S, ProgressLines
 
 # Before anything imports numpy: logkeeper does no linear algebra, yet numpy's import starts
 # OpenBLAS's thread pool, a thread a core, whose start-up burns CPU on every core (`import numpy`
@@ -64,7 +65,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     with _importing():
         from .tools.verify import verify_command
 
-    report = verify_command(Path(args.dir))
+    lines = ProgressLines(sys.stderr, EVERY_S)
+    started = time.monotonic()
+    report = verify_command(Path(args.dir), on_segment=lambda r: lines.tick(
+        lambda: (time.monotonic() - started, f"{r.progress_line()}, {time.monotonic() - started:,.0f} s")))
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for problem in report.problems:

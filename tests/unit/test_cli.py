@@ -11,6 +11,7 @@ import base64
 import gc
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -221,6 +222,24 @@ def test_verify_ok(fx: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "verify", str(fx.directory))
     assert (code, err) == (0, "")
     assert out == f"OK: checked 1 partition, {len(fx.segments)} segments, {batches} batches, {8 + 30 * 3} records\n"
+
+
+def test_a_long_verify_says_how_far_it_has_come(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    write_log(tmp_path / "data" / "orders-0")
+    write_log(tmp_path / "data" / "orders-1")
+    segments = sorted((tmp_path / "data").glob("*/*.log"))
+    total = sum(p.stat().st_size for p in segments) / (1 << 20)
+    monkeypatch.setattr(cli, "EVERY_S", 0.0)  # a line after every segment
+    code, out, err = run(capsys, "verify", str(tmp_path / "data"))
+    assert code == 0 and out.startswith("OK: checked 2 partitions, ")
+    lines = err.splitlines()
+    assert len(lines) == len(segments) > 2
+    done = [re.fullmatch(rf"logkeeper verify: (\d+) of {len(segments)} segments \(([\d.]+) of {total:.1f} MB\) "
+                         r"checked, \d+ s", line) for line in lines]
+    assert all(done), lines
+    assert [int(m[1]) for m in done if m] == list(range(1, len(segments) + 1))
+    assert done[-1] is not None and done[-1][2] == f"{total:.1f}"
 
 
 def test_verify_a_log_dir_of_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

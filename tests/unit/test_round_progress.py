@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
-
-from logkeeper.cleaner.round_progress import MIB, LiveRound, ProgressLines, RoundProgress
+from logkeeper.cleaner.round_progress import MIB, LiveRound, RoundProgress, progress_of
 from logkeeper.cleaner.stats import CleanerStats
 from logkeeper.log.names import TopicPartition
 
@@ -33,26 +31,6 @@ def test_a_live_round_indexes_then_cleans() -> None:
     assert live.snapshot() == RoundProgress(TP, "cleaning", 3_000, 9_000, 1_000)
 
 
-def test_progress_lines_wait_for_a_long_round_then_come_every_interval() -> None:
-    clock = [0.0]
-    elapsed = [0]
-    err = io.StringIO()
-    lines = ProgressLines(err, every_s=10, clock_s=lambda: clock[0])
-    lines.tick()  # no round to watch yet
-    lines.watch(lambda: RoundProgress(TP, "indexing", 1, 2, elapsed[0]))
-    for t in (0, 4, 9.9):  # the round has not run 10 s yet
-        clock[0], elapsed[0] = t, int(t * 1000)
-        lines.tick()
-    assert err.getvalue() == ""
-    clock[0], elapsed[0] = 10, 10_000
-    lines.tick()
-    clock[0], elapsed[0] = 15, 15_000
-    lines.tick()  # 5 s after the last line: none
-    clock[0], elapsed[0] = 20, 20_000
-    lines.tick()
-    assert err.getvalue().splitlines() == ["orders-0: indexing 0.0 of 0.0 MB (50%), 10 s into the round",
-                                           "orders-0: indexing 0.0 of 0.0 MB (50%), 20 s into the round"]
-    lines.watch(lambda: None)  # between rounds
-    clock[0] = 40
-    lines.tick()
-    assert len(err.getvalue().splitlines()) == 2
+def test_progress_of_a_round_is_its_seconds_and_line() -> None:
+    p = RoundProgress(TP, "cleaning", 1, 2, 12_500)
+    assert progress_of(p) == (12.5, p.line()) and progress_of(None) is None

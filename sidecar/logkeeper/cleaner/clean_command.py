@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,17 +44,18 @@ from ..log.log_config import TOPIC_SETTINGS, LogConfig
 from ..log.manager_config import BROKER_LOG_DEFAULT_SETTINGS, ManagerConfig
 from ..log.names import DELETED_SUFFIX, LOG_SUFFIX, PartitionDirName, TopicPartition
 from ..log_dir_rule import require_log_dir
+from ..progress_lines import EVERY_S, ProgressLines
 from .backlog import Backlog
 from .clean_report import PhaseTimes, Tally, why_not_cleaned
 from .config import CLEANER_SETTINGS, CleanerConfig
 from .log_cleaner import LogCleaner
 from .offset_map import BYTES_PER_SLOT
-from .round_progress import ProgressLines
+from .round_progress import progress_of
 from .stats import CleanerStats
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_ROUNDS = 1_000_000  # a bound on the loop; every round moves a checkpoint forward
-PROGRESS_EVERY_S = 10.0  # a round's progress line on stderr, once it has run this long, then as often
+PROGRESS_EVERY_S = EVERY_S  # a round's progress line on stderr, once it has run this long, then as often
 
 _LOG = logging.getLogger(__name__)
 
@@ -211,10 +211,13 @@ def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: C
     # the worker (and its offset map) first: the map's table is made while the logs open
     cleaner = LogCleaner(cleaner_config, [log_dir], lambda: logs, clock_ms=clock_ms, stats_sink=print_stats,
                          message_max_bytes=topic_config.max_message_bytes, round_sink=count_round)
-    progress = ProgressLines(err, progress_every_s, time.monotonic) if err is not None else None
-    worker = cleaner.new_worker(0, progress.tick if progress is not None else None)
-    if progress is not None:
-        progress.watch(worker.cleaner.progress)
+    lines = ProgressLines(err, progress_every_s) if err is not None else None
+
+    def tick() -> None:  # at each of the round's abort checks, on its thread
+        assert lines is not None
+        lines.tick(lambda: progress_of(worker.cleaner.progress()))
+
+    worker = cleaner.new_worker(0, tick if lines is not None else None)
     offset_map = worker.cleaner.offset_map
     if _segment_bytes(log_dir) >= offset_map.capacity_slots * BYTES_PER_SLOT:
         offset_map.warm()  # a log smaller than the map is unlikely to need the full table

@@ -2,7 +2,8 @@
 line, in ``logkeeper clean``'s progress lines (stderr) and in ``/v1/status`` (the partition's
 ``round_progress``, which the operator shows as ``cleaningProgress``).
 
-A round has two phases (Cleaner.do_clean): ``indexing`` reads the dirty section into the offset
+``logkeeper clean`` prints the line through progress_lines.ProgressLines (every PROGRESS_EVERY_S
+of a longer round). A round has two phases (Cleaner.do_clean): ``indexing`` reads the dirty section into the offset
 map (its total: the cleanable bytes the round was chosen for; a map that fills stops the phase
 early), then ``cleaning`` rewrites the segments below the map's last offset (its total: their
 bytes, known once they are grouped). The bytes done are the round's own CleanerStats counts
@@ -13,9 +14,8 @@ MB are Kafka's (MiB), as in the stats line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal, TextIO, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 from ..log.names import TopicPartition
 from ..typed_schema import Doc
@@ -77,29 +77,6 @@ class LiveRound:
         return RoundProgress(self.topic_partition, "cleaning", s.bytes_read, self.rewrite_bytes, elapsed)
 
 
-class ProgressLines:
-    """``logkeeper clean``'s progress: a line on ``err`` at most every ``every_s`` seconds of a
-    round, the first once the round has run that long (a short round prints none). Called from
-    the cleaner's own thread at each of its abort checks, so it needs no thread of its own; it
-    reads the round from ``source`` (the worker's Cleaner.progress, given by ``watch``)."""
-
-    def __init__(self, err: TextIO, every_s: float, clock_s: Callable[[], float]) -> None:
-        self._err = err
-        self._every_ms = every_s * 1000
-        self._clock_s = clock_s
-        self._last_s = -float("inf")
-        self._source: Callable[[], RoundProgress | None] = lambda: None
-
-    def watch(self, source: Callable[[], RoundProgress | None]) -> None:
-        self._source = source
-
-    def tick(self) -> None:
-        now = self._clock_s()
-        if (now - self._last_s) * 1000 < self._every_ms:
-            return
-        progress = self._source()
-        if progress is None or progress.elapsed_ms < self._every_ms:
-            return
-        self._last_s = now
-        self._err.write(progress.line() + "\n")
-        self._err.flush()
+def progress_of(round_now: RoundProgress | None) -> tuple[float, str] | None:
+    """A round's progress as progress_lines.ProgressLines takes it."""
+    return (round_now.elapsed_ms / 1000, round_now.line()) if round_now is not None else None

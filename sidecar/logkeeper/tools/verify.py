@@ -13,7 +13,8 @@ Trailing all-zero index entries are preallocated space of an active segment, not
 Leftover ``.cleaned``/``.swap`` files (an interrupted clean) are one note per partition, not
 problems (the next load deals with them); ``.deleted`` files are normal and not mentioned.
 A directory that is neither a log dir nor a partition directory, or a log dir with no
-partition, is refused (exit 2): there is nothing to verify.
+partition, is refused (exit 2): there is nothing to verify. The command says on stderr, every 10 s
+of a longer check, how many of the segments and MB it has checked (``on_segment``, progress_lines.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, first_crc_mismatch, scan_batches, walk_records
 
 INT32_MAX = (1 << 31) - 1
+MIB = 1024 * 1024  # Kafka's MB, as the cleaner's lines print them
 STOP_REASONS = {ScanStop.SHORT_TAIL: "torn batch (the file ends inside it)", ScanStop.BAD_MAGIC: "bad magic",
                 ScanStop.BAD_SIZE: "batch length below the header size"}
 INTERRUPTED_CLEAN_SUFFIXES = (names.CLEANED_SUFFIX, names.SWAP_SUFFIX)
@@ -65,6 +67,11 @@ class VerifyReport:
     segments: int = 0
     batches: int = 0
     records: int = 0
+    # for the progress line (with ``on_segment`` only): the .log bytes checked, and the segments
+    # and bytes there are to check
+    bytes: int = 0
+    segments_total: int = 0
+    bytes_total: int = 0
 
     @property
     def ok(self) -> bool:
@@ -80,23 +87,37 @@ class VerifyReport:
                    f"{n(self.batches, 'batch')}, {n(self.records, 'record')}")
         return f"OK: {checked}" if self.ok else f"FAILED: {checked}; {n(len(self.problems), 'problem')} (above)"
 
+    def progress_line(self) -> str:
+        """How far a verify has come (progress_lines.py prints it for a long one)."""
+        return (f"logkeeper verify: {self.segments:,} of {self.segments_total:,} segments "
+                f"({self.bytes / MIB:,.1f} of {self.bytes_total / MIB:,.1f} MB) checked")
 
-def verify_path(path: Path) -> VerifyReport:
-    """Check a log dir (its checkpoints and partitions) or one partition directory."""
+
+OnSegment = Callable[[VerifyReport], None]
+
+
+def verify_path(path: Path, on_segment: OnSegment | None = None) -> VerifyReport:
+    """Check a log dir (its checkpoints and partitions) or one partition directory;
+    ``on_segment`` is given the report after each segment (the command's progress)."""
     path = Path(path)
     report = VerifyReport()
     if not path.is_dir():
         report.problems.append(Problem(str(path), None, "not a directory"))
         return report
     dirs = partitions_of(path)
+    if on_segment is not None:  # the totals its progress line names
+        for d in dirs:
+            for log_file in _log_files(d):
+                report.segments_total += 1
+                report.bytes_total += _size(log_file)
     if dirs != [path]:
         _verify_checkpoints(path, report)
     for d in dirs:
-        _verify_partition(d, report)
+        _verify_partition(d, report, on_segment)
     return report
 
 
-def verify_command(path: Path) -> VerifyReport:
+def verify_command(path: Path, on_segment: OnSegment | None = None) -> VerifyReport:
     """`logkeeper verify`: as verify_path, but a directory that is neither a log dir nor a
     partition directory, or a log dir with no partition, is refused (UsageError, exit 2):
     "verified" must mean that something was."""
@@ -104,7 +125,11 @@ def verify_command(path: Path) -> VerifyReport:
     require_log_or_partition_dir(path, "verify")
     if not partitions_of(path):
         raise UsageError(f"{path} is a log dir with no partitions: nothing to verify.")
-    return verify_path(path)
+    return verify_path(path, on_segment)
+
+
+def _log_files(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(names.LOG_SUFFIX))
 
 
 def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
@@ -115,7 +140,7 @@ def _verify_checkpoints(log_dir: Path, report: VerifyReport) -> None:
             report.problems.append(Problem(str(log_dir / name), None, str(e)))
 
 
-def _verify_partition(d: Path, report: VerifyReport) -> None:
+def _verify_partition(d: Path, report: VerifyReport, on_segment: OnSegment | None) -> None:
     report.partitions += 1
     prev_next_offset: int | None = None
     log_end: int | None = None  # the next offset: after the last batch, or an empty last segment's base
@@ -125,24 +150,33 @@ def _verify_partition(d: Path, report: VerifyReport) -> None:
     if leftovers:
         report.notes.append(f"{d}: {len(leftovers)} file(s) left by an interrupted clean ({', '.join(leftovers)}); "
                             "the next load completes or removes them")
-    logs = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(names.LOG_SUFFIX))
     bases: list[int] = []
-    for log_file in logs:
+    for log_file in _log_files(d):
         report.segments += 1
         try:
             base = names.offset_from_file_name(log_file.name)
         except ValueError:
             report.problems.append(Problem(str(log_file), None, "not a segment file name"))
-            continue
-        bases.append(base)
-        if prev_next_offset is not None and base < prev_next_offset:
-            report.problems.append(Problem(str(log_file), None, (
-                f"segment base offset {base} is below the end {prev_next_offset} of the previous segment")))
-        batch_last = _verify_segment(log_file, base, prev_next_offset, report)
-        if batch_last is not None:
-            prev_next_offset = batch_last + 1
-        log_end = max(base, prev_next_offset or 0)
+        else:
+            bases.append(base)
+            if prev_next_offset is not None and base < prev_next_offset:
+                report.problems.append(Problem(str(log_file), None, (
+                    f"segment base offset {base} is below the end {prev_next_offset} of the previous segment")))
+            batch_last = _verify_segment(log_file, base, prev_next_offset, report)
+            if batch_last is not None:
+                prev_next_offset = batch_last + 1
+            log_end = max(base, prev_next_offset or 0)
+        if on_segment is not None:
+            report.bytes += _size(log_file)
+            on_segment(report)
     _note_snapshots(d, bases, log_end, report)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # removed meanwhile (a live log dir): its problem, if any, is reported already
+        return 0
 
 
 def _note_snapshots(d: Path, bases: list[int], log_end: int | None, report: VerifyReport) -> None:
