@@ -19,8 +19,8 @@ dirty ratio exceeds min.cleanable.dirty.ratio (pass ``min.cleanable.dirty.ratio=
 whatever is dirty).
 
 Output: Kafka's stats lines for each round, then one line per log saying what was done or why
-nothing was (clean_report.py). On stderr, a round that runs longer than PROGRESS_EVERY_S says
-every PROGRESS_EVERY_S how far it has come (``orders-0: indexing 512.0 of 1,125.2 MB (45%), 10 s
+nothing was (clean_report.py). On stderr, a round that runs longer than 10 s says every 10 s
+(progress_lines.EVERY_S) how far it has come (``orders-0: indexing 512.0 of 1,125.2 MB (45%), 10 s
 into the round``: round_progress.py), and at the end where the time went (``logkeeper clean:
 12.31 s: opening 1 log 0.30 s, cleaning 10.90 s, closing 0.10 s, removing replaced files 0.74 s``:
 clean_report.PhaseTimes). Exit status: 0 when every log was cleaned or had nothing to
@@ -55,7 +55,6 @@ from .stats import CleanerStats
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_ROUNDS = 1_000_000  # a bound on the loop; every round moves a checkpoint forward
-PROGRESS_EVERY_S = EVERY_S  # a round's progress line on stderr, once it has run this long, then as often
 
 _LOG = logging.getLogger(__name__)
 
@@ -186,12 +185,13 @@ def remove_leftovers(logs: Mapping[TopicPartition, Log]) -> None:
 
 def run_clean(log_dir: Path, overrides: dict[str, str], out: TextIO, clock_ms: Callable[[], int],
               round_sink: Callable[[TopicPartition, CleanerStats], None] | None = None, *,
-              err: TextIO | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> int:
+              err: TextIO | None = None, progress_every_s: float = EVERY_S) -> int:
     """Clean every log of ``log_dir``; 0, or 1 when some partition failed. A wrong directory or
     config raises UsageError / InvalidConfigError before anything is opened. ``round_sink`` is
     given each round's stats (bench/bench_spark.py sums them). ``err``: where a round that runs
     longer than ``progress_every_s`` says how far it has come, every ``progress_every_s``
-    (round_progress.py); stdout keeps Kafka's stats lines and the per-log lines only."""
+    (round_progress.py), and where the command's time went at the end (PhaseTimes); stdout keeps
+    Kafka's stats lines and the per-log lines only."""
     times = PhaseTimes()
     log_dir = Path(log_dir)
     require_log_dir(log_dir, "clean")

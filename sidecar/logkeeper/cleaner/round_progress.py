@@ -2,10 +2,10 @@
 line, in ``logkeeper clean``'s progress lines (stderr) and in ``/v1/status`` (the partition's
 ``round_progress``, which the operator shows as ``cleaningProgress``).
 
-``logkeeper clean`` prints the line through progress_lines.ProgressLines (every PROGRESS_EVERY_S
-of a longer round). A round has two phases (Cleaner.do_clean): ``indexing`` reads the dirty section into the offset
-map (its total: the cleanable bytes the round was chosen for; a map that fills stops the phase
-early), then ``cleaning`` rewrites the segments below the map's last offset (its total: their
+``logkeeper clean`` prints the line through progress_lines.ProgressLines (every 10 s of a
+longer round). A round has two phases (Cleaner.do_clean): ``indexing`` reads the dirty section
+into the offset map (its total: the cleanable bytes the round was chosen for; a map that fills
+stops the phase early), then ``cleaning`` rewrites the segments below the map's last offset (its total: their
 bytes, known once they are grouped). The bytes done are the round's own CleanerStats counts
 (map_bytes_read, then bytes_read), which the cleaner's thread adds to as it reads; another
 thread reads them without a lock, each an int written whole, so a snapshot may lag by a chunk.
