@@ -313,6 +313,8 @@ def main() -> None:
     # the standalone cluster's master and workers are stopped and the scratch removed
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     load_start = os.getloadavg()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)  # the commands in the results name one under /tmp
     scratch = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=args.dir))
     started = time.perf_counter()
     workloads: list[Workload] = []
