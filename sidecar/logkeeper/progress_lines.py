@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 EVERY_S = 10.0  # the commands' interval: a line every 10 s of work that runs longer
+MIB = 1024 * 1024  # the lines' MB are Kafka's (MiB), as in the cleaner's stats line
 # (seconds the work has run, its line), or None when there is no work in progress now
 Progress = Callable[[], "tuple[float, str] | None"]
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from logkeeper.cleaner.round_progress import MIB, LiveRound, RoundProgress, progress_of
+from logkeeper.cleaner.round_progress import LiveRound, RoundProgress, progress_of
 from logkeeper.cleaner.stats import CleanerStats
 from logkeeper.log.names import TopicPartition
+from logkeeper.progress_lines import MIB
 
 TP = TopicPartition("orders", 0)
 

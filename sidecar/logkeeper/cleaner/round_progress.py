@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Annotated, Literal, TypedDict
 
 from ..log.names import TopicPartition
+from ..progress_lines import MIB
 from ..typed_schema import Doc
 from .stats import CleanerStats
 
 Phase = Literal["indexing", "cleaning"]
-MIB = 1024 * 1024
 
 
 class RoundProgressStatus(TypedDict):

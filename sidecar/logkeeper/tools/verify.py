@@ -37,12 +37,12 @@ from ..log.checkpoint import (
     OffsetCheckpointFile,
 )
 from ..log_dir_rule import partitions_of, require_log_or_partition_dir
+from ..progress_lines import MIB
 from ..records.batch_format import CODEC_MASK, HEADER_SIZE
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, first_crc_mismatch, scan_batches, walk_records
 
 INT32_MAX = (1 << 31) - 1
-MIB = 1024 * 1024  # Kafka's MB, as the cleaner's lines print them
 STOP_REASONS = {ScanStop.SHORT_TAIL: "torn batch (the file ends inside it)", ScanStop.BAD_MAGIC: "bad magic",
                 ScanStop.BAD_SIZE: "batch length below the header size"}
 INTERRUPTED_CLEAN_SUFFIXES = (names.CLEANED_SUFFIX, names.SWAP_SUFFIX)
