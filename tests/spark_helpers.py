@@ -195,5 +195,15 @@ def output_files(partition_dir: Path, bases: Iterable[int]) -> dict[str, bytes]:
             if int(name.split(".")[0]) in wanted and not name.endswith(".snapshot")}
 
 
+def batches_of(files: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """What a set of segment files holds whatever their layout: their ``.log`` bytes and their
+    ``.txnindex`` bytes, each joined in offset order. The in-process cleaner merges consecutive
+    small groups into one segment where the Spark job writes one a group (cleaner.py), so the
+    two are compared by these, not file by file."""
+    def joined(suffix: str) -> bytes:
+        return b"".join(data for name, data in sorted(files.items()) if name.endswith(suffix))
+    return joined(".log"), joined(".txnindex")
+
+
 def staged_files(staging: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((staging / SEGMENTS_DIR).iterdir())}

@@ -132,11 +132,10 @@ def test_an_error_after_some_groups_of_a_batch_leaves_no_cleaned_file(tmp_path: 
     log.close()
 
 
-def test_a_cleaned_segment_that_cannot_be_made_ahead_fails_the_batch_and_leaves_no_file(
+def test_a_cleaned_segment_that_cannot_be_made_fails_the_batch_and_leaves_no_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Groups' cleaned segments are made ahead, on the thread deciding their first window: when
-    one cannot be made (a full disk), the error stops the round at that group and every segment
-    made for the batch, written or made ahead, is deleted."""
+    """When a group's cleaned segment cannot be made (a full disk), the error stops the round at
+    that group and every segment made for the batch is deleted."""
     log = build_keeping(tmp_path / "t-0")
     latest = {r.key: (r.offset, r.value) for r in read_log(log)}
     files = sorted(p.name for p in log.dir.iterdir())

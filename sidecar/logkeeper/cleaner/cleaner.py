@@ -6,20 +6,21 @@ A round (``do_clean``):
    the round ends at the map's latest offset + 1 (``end_offset``: all of the dirty section, or
    less when the map filled);
 2. group the segments from the log start up to ``end_offset`` (grouping.py);
-3. clean each group into one new segment and swap them in for their groups, a batch of
-   consecutive groups at a time (``clean_groups``, ``swap_batches``): with small segments
-   (Kafka's 1 MiB) the fsyncs of each group's replacement, not the cleaning, were most of a
-   round; a batch is written, then synced and swapped in by one replacement (each file fsynced,
-   the directory twice). A crash before a batch's swap rolls the whole batch back. A batch's
-   groups are cleaned as one stream of windows (filter.py ``clean_groups_into``): the next
-   window, of this group or the next, is decided, and the next group's segment made, while this
-   one is written (``_GroupWriter``).
+3. clean each group into a new segment, consecutive small groups into one while their output
+   fits (``_GroupWriter``), and swap them in for their groups, a batch of consecutive groups at
+   a time (``clean_groups``, ``swap_batches``): with small segments (Kafka's 1 MiB) the fsyncs
+   of each group's replacement, not the cleaning, were most of a round; a batch is written, then
+   synced and swapped in by one replacement (each file fsynced, the directory twice). A crash
+   before a batch's swap rolls the whole batch back. A batch's groups are cleaned as one stream
+   of windows (filter.py ``clean_groups_into``): the next window, of this group or the next, is
+   decided while this one is written.
 
 Replacing a batch of groups, crash-safely (log/replace.py's numbered steps, Log.replace_segments):
 
-1. ``written``: each group's batches are in ``<first base>.log.cleaned`` (and its
-   ``.index.cleaned``, ``.timeindex.cleaned``, ``.txnindex.cleaned``), indexes trimmed, fsynced,
-   modification time set to the group's last segment's;
+1. ``written``: the batches of each group, or of consecutive groups merged, are in
+   ``<first base>.log.cleaned`` (and its ``.index.cleaned``, ``.timeindex.cleaned``,
+   ``.txnindex.cleaned``), indexes trimmed, fsynced, modification time set to its last group's
+   last segment's;
 2. ``swapped`` (``.cleaned`` -> ``.swap``), 3. ``old-deleted`` (old segments -> ``.deleted``),
 4. ``renamed`` (``.swap`` dropped): see log/replace.py. The loader finishes or rolls back an
    interrupted replacement on the next load; ``crash_hook(step)`` runs after each step.
@@ -31,17 +32,15 @@ does on abort only; the loader removes any left by a crash).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 
 from ..fileio import CrashHook
 from ..index.txn_index import AbortedTxn
 from ..log.log import Log
 from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
-from ..log.segment import LogSegment
-from .appender import appender_for
+from ..log.segment import INT32_MAX, LogSegment
+from .appender import INLINE_GROUP_BYTES, appender_for
 from .filter import Destination, SegmentFilter
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
@@ -83,78 +82,109 @@ def _uppers(segments: Sequence[LogSegment]) -> list[int]:
     return [seg.base_offset for seg in segments[1:]] + [segments[-1].read_next_offset()]
 
 
+class _Output:
+    """A cleaned segment being written: the last group it holds so far, what appends to it
+    (entered; left by ``_GroupWriter._close`` or ``abandon``) and the aborted transactions it
+    will index."""
+
+    def __init__(self, segment: LogSegment, group: int, group_bytes: int) -> None:
+        self.segment = segment
+        self.last = group
+        self.inline = group_bytes <= INLINE_GROUP_BYTES
+        self.appender = appender_for(segment, group_bytes).__enter__()  # a big group: written on a helper
+        self.aborted: list[AbortedTxn] = []
+
+
 class _GroupWriter:
-    """The cleaned segments of a batch of groups, one at a time as the filter reaches each
+    """The cleaned segments of a batch of groups, written as the filter reaches each group
     (``open``, ``finish``); on a failure, ``abandon`` deletes them all.
 
-    ``prepare`` creates a group's segment ahead, on the thread that decides the group's first
-    window: creating a segment's four files and its indexes' maps is most of a 1 MiB group's
-    fixed cost (bench/results/kafka_cleaner.md), and there it overlaps the writing of the
-    group before."""
+    A group joins the cleaned segment of the group before when what it will add fits
+    (``_joins``): Kafka groups segments by their bytes before cleaning, so a log of 1 MiB segments
+    of which a round keeps a tenth came out as as many cleaned segments of a tenth of a MiB; here
+    they come out as full ones. Creating, trimming, syncing and renaming a cleaned segment's files
+    was most of such a round (bench/results/kafka_cleaner.md), and the next round reads fewer
+    segments. Whether a group fits is decided with its first window cleaned: its bytes then are
+    the window's output plus the group's input bytes still to come, an upper bound (a cleaned
+    batch is never longer than its source, compression aside, as Kafka's grouping assumes too).
+    The merged segment is what Kafka's grouping makes of the same segments one round later:
+    within segment.bytes, its indexes within their size, its offsets within an int32 span of its
+    base offset."""
 
-    def __init__(self, log: Log, groups: Sequence[Sequence[LogSegment]]) -> None:
+    def __init__(self, log: Log, groups: Sequence[Sequence[LogSegment]], uppers: Sequence[int]) -> None:
         self._log = log
         self._groups = groups
+        self._uppers = uppers  # the first offset after each group
         self._bytes = [sum(seg.size_in_bytes for seg in segments) for segments in groups]
         self.written: list[LogSegment] = []
-        self._current: tuple[LogSegment, ExitStack] | None = None
-        self._prepared: dict[int, LogSegment] = {}
-        self._lock = threading.Lock()
+        self._out: _Output | None = None
 
-    def _new_segment(self, g: int) -> LogSegment:
-        return self._log.new_cleaned_segment(self._groups[g][0].base_offset,
-                                             max_index_size=cleaned_index_bound(self._bytes[g], self._log.config))
-
-    def prepare(self, g: int) -> None:
-        """Group ``g``'s segment made ahead of ``open(g)`` (any thread)."""
-        cleaned = self._new_segment(g)
-        with self._lock:
-            self._prepared[g] = cleaned
-
-    def open(self, g: int) -> Destination:
-        """Group ``g``'s new ``.cleaned`` segment (prepared, or made now), and what appends to it."""
-        with self._lock:
-            cleaned = self._prepared.pop(g, None)
-        if cleaned is None:
-            cleaned = self._new_segment(g)
-        stack = ExitStack()
-        self._current = (cleaned, stack)
-        appender = appender_for(cleaned, self._bytes[g])  # big groups: written while the next is cleaned
-        stack.enter_context(appender)
-        return appender
+    def open(self, g: int, dropped: int) -> Destination:
+        """Where group ``g``'s windows go: the cleaned segment being written when ``g`` fits in it,
+        else a new ``.cleaned`` segment; ``dropped`` is how many bytes its first window's cleaning
+        removed (0 before any window)."""
+        out = self._out
+        if out is not None and self._joins(out, g, self._bytes[g] - dropped):
+            out.last = g
+            return out.appender
+        if out is not None:
+            self._close(out)
+        max_index_size = cleaned_index_bound(max(self._bytes[g], self._merge_bytes(g)), self._log.config)
+        self._out = _Output(self._log.new_cleaned_segment(self._groups[g][0].base_offset,
+                                                          max_index_size=max_index_size), g, self._bytes[g])
+        return self._out.appender
 
     def finish(self, g: int, aborted: list[AbortedTxn]) -> None:
-        """Group ``g`` is cleaned: its segment whole, indexed and trimmed, not yet synced."""
-        if self._current is None:
+        """Group ``g`` is cleaned; after the batch's last group, its segment is closed (whole,
+        indexed and trimmed, not yet synced)."""
+        out = self._out
+        if out is None or out.last != g:
             raise RuntimeError(f"group {g} finished before it was opened")
-        cleaned, stack = self._current
-        self._current = None
+        out.aborted += aborted
+        if g == len(self._groups) - 1:
+            self._close(out)
+
+    def abandon(self, error: BaseException) -> None:
+        """Delete every segment made (the caller's stream is closed)."""
+        out, self._out = self._out, None
+        if out is not None:
+            try:
+                out.appender.__exit__(type(error), error, error.__traceback__)  # the helper drops what waits
+            finally:
+                out.segment.delete_if_exists()
+        for cleaned in self.written:
+            cleaned.delete_if_exists()
+
+    def _merge_bytes(self, g: int) -> int:
+        """The bytes a cleaned segment opened for group ``g`` may grow to by merging."""
+        return self._log.config.segment_bytes if self._bytes[g] <= INLINE_GROUP_BYTES else 0
+
+    def _joins(self, out: _Output, g: int, bound: int) -> bool:
+        seg = out.segment
+        # a segment written by a helper (a big group) is closed with its group: its size is not
+        # known on this thread until then
+        if not out.inline or self._bytes[g] > INLINE_GROUP_BYTES:
+            return False
+        offset_entries = sum(s.offset_index.entries for s in self._groups[g])
+        time_entries = sum(s.time_index.entries for s in self._groups[g]) + 1  # + the final entry
+        return (seg.size_in_bytes + bound <= self._log.config.segment_bytes
+                and (self._bytes[g] == 0 or self._uppers[g] - 1 - seg.base_offset <= INT32_MAX)
+                and seg.offset_index.entries + offset_entries <= seg.offset_index.max_entries
+                and seg.time_index.entries + time_entries <= seg.time_index.max_entries)
+
+    def _close(self, out: _Output) -> None:
+        self._out = None
+        cleaned = out.segment
         try:
-            stack.close()  # every window appended (a big group's helper raises its error here)
-            for txn in aborted:
+            out.appender.__exit__(None, None, None)  # every window appended (a helper raises its error here)
+            for txn in out.aborted:
                 cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
-            cleaned.set_last_modified_ms(self._groups[g][-1].last_modified_ms)
+            cleaned.set_last_modified_ms(self._groups[out.last][-1].last_modified_ms)
         except BaseException:
             cleaned.delete_if_exists()
             raise
         self.written.append(cleaned)
-
-    def abandon(self, error: BaseException) -> None:
-        """Delete every segment made (the caller's stream is closed: nothing is prepared any more)."""
-        with self._lock:
-            prepared, self._prepared = list(self._prepared.values()), {}
-        for cleaned in prepared:
-            cleaned.delete_if_exists()
-        if self._current is not None:
-            cleaned, stack = self._current
-            self._current = None
-            try:
-                stack.__exit__(type(error), error, error.__traceback__)  # the helper drops what waits
-            finally:
-                cleaned.delete_if_exists()
-        for cleaned in self.written:
-            cleaned.delete_if_exists()
 
 
 def cleaned_index_bound(group_bytes: int, config: LogConfig) -> int:
@@ -277,15 +307,16 @@ class Cleaner:
         if aborted is None:  # read once for every group, as a round does (AbortedTxns)
             first = groups[0][0].base_offset if groups and groups[0] else log.log_start_offset
             aborted = AbortedTxns(log.segments, log.log_start_offset, first)
-        writer = _GroupWriter(log, groups)
+        uppers = [_uppers(segments) for segments in groups]
+        writer = _GroupWriter(log, groups, [up[-1] for up in uppers])
         swapping = False
         try:
-            sources = [[(seg, aborted.collect(seg.base_offset, up)) for seg, up in zip(segments, _uppers(segments))]
-                       for segments in groups]
+            sources = [[(seg, aborted.collect(seg.base_offset, up)) for seg, up in zip(segments, ups)]
+                       for segments, ups in zip(groups, uppers)]
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
                                  check_done=self._checker(log), throttler=self.throttler)
             filt.clean_groups_into(sources, writer.open, writer.finish, offset_map, txns, last_records, upper_bound,
-                                   stats, prepare=writer.prepare)
+                                   stats)
             for cleaned in writer.written:
                 cleaned.flush()  # their writeback was started as they were written
             swapping = True  # from here a failure is a crash between replace.py's steps

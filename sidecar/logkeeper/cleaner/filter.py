@@ -33,7 +33,7 @@ through the throttler.
 
 Two threads: windows' records are decided ahead (``_decide``: decompression, decide_kernel, which
 only reads the map) on a helper thread, and by the cleaner's thread rather than wait (ahead.py);
-the cleaner's thread writes the decided windows in order (``_write``: assemble_kernel, CRCs,
+the cleaner's thread writes the decided windows in order (``_assemble``: assemble_kernel, CRCs,
 compression, the append). The two halves of the pass overlap on two cores: the windows of all the
 group's sources are one stream, so the next source is decided while this one is written even
 when each source is a single window (Kafka's 1 MiB segments).
@@ -89,7 +89,7 @@ class Destination(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Decisions:
-    """The records of a window's batches [lo, hi) decided, for ``SegmentFilter._write``: the
+    """The records of a window's batches [lo, hi) decided, for ``SegmentFilter._assemble``: the
     window's rows (filter_kernels.WINDOW_ROW: the header columns they came from and
     decide_kernel's figures), each record's keep flag and position."""
 
@@ -138,21 +138,19 @@ class SegmentFilter:
         """The source segments, in order, cleaned into ``dest``; the aborted transactions the
         cleaned segment must index (``clean_groups_into`` for one group)."""
         kept: list[AbortedTxn] = []
-        self.clean_groups_into([sources], lambda _g: dest, lambda _g, aborted: kept.extend(aborted), offset_map,
-                               txns, last_records, upper_bound, stats)
+        self.clean_groups_into([sources], lambda _g, _dropped: dest, lambda _g, aborted: kept.extend(aborted),
+                               offset_map, txns, last_records, upper_bound, stats)
         return kept
 
-    def clean_groups_into(self, groups: Sequence[Sequence[Source]], dest_for: Callable[[int], Destination],
+    def clean_groups_into(self, groups: Sequence[Sequence[Source]], dest_for: Callable[[int, int], Destination],
                           finish: Callable[[int, list[AbortedTxn]], None], offset_map: KeyDecisions,
                           txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
-                          upper_bound: int, stats: CleanerStats,
-                          prepare: Callable[[int], None] | None = None) -> None:
-        """Each group's source segments, in order, cleaned into the destination ``dest_for(g)``
-        returns, called when the group's first window is written (or when it has none, before it
-        is finished); ``finish(g, aborted)`` after its last, with the aborted transactions its
-        cleaned segment must index. ``prepare(g)``, when given, is called with the group's first
-        window decided, on whichever thread decides it (ahead of ``dest_for(g)``: the destination
-        can be made there, off the writing thread). Each source's aborted transactions are added
+                          upper_bound: int, stats: CleanerStats) -> None:
+        """Each group's source segments, in order, cleaned into the destination
+        ``dest_for(g, dropped)`` returns, called when the group's first window is cleaned, before
+        it is appended (``dropped``: the bytes its cleaning removed), or with 0 when the group has
+        no window, before it is finished; ``finish(g, aborted)`` after its last, with the aborted
+        transactions its cleaned segment must index. Each source's aborted transactions are added
         to ``txns`` before its batches are read.
 
         The windows of all the groups are one stream (ahead.py): the next window is decided while
@@ -180,34 +178,39 @@ class SegmentFilter:
                         first = False
 
         def decide(w: _Window) -> tuple[_Window, Decisions]:  # on the helper thread
-            if w.first and prepare is not None:
-                prepare(w.group)
             return w, self._decide(w.source.view, w.lo, w.hi, w.source.mode[w.lo:w.hi], offset_map)
 
         group = -1
         dest: Destination | None = None
 
-        def reach(g: int) -> None:
+        def reach(g: int, dropped: int) -> None:
             """Finish the groups before ``g`` (every window of theirs is written) and open ``g``."""
             nonlocal group, dest
             while group < g:
                 if group >= 0:
                     finish(group, kept[group])
                 group += 1
-                dest = dest_for(group) if group < len(groups) else None
+                dest = dest_for(group, dropped if group == g else 0) if group < len(groups) else None
 
         try:
             with Ahead(decide, windows(), name="cleaning-decisions") as decided:
                 for w, d in decided:
                     self.check_done()
-                    reach(w.group)
-                    assert dest is not None
                     src, lo, hi = w.source, w.lo, w.hi
-                    self._write(src.view, d, src.mode[lo:hi], src.marker_for_empty_txn[lo:hi],
-                                src.retain_empty[lo:hi], dest, stats)
+                    batches, data, read = self._assemble(src.view, d, src.mode[lo:hi],
+                                                         src.marker_for_empty_txn[lo:hi], src.retain_empty[lo:hi],
+                                                         stats)
+                    reach(w.group, read - len(data))
+                    assert dest is not None
+                    if batches:
+                        dest.append(batches, data)
+                    if self.throttler is not None:
+                        self.throttler.maybe_throttle(read)
+                        if len(data):
+                            self.throttler.maybe_throttle(len(data))
                     if w.last:
                         src.view.close()  # written: release the mapping now
-            reach(len(groups))  # the stream is drawn to its end: every group's list is whole
+            reach(len(groups), 0)  # the stream is drawn to its end: every group's list is whole
         finally:
             for view in opened:
                 view.close()
@@ -312,9 +315,10 @@ class SegmentFilter:
             raise walk_error(int(err), where, lo + row, int(detail)).in_file(view.path)
         return Decisions(lo, hi, areas, rows, keep, rec_pos)
 
-    def _write(self, view: SegmentView, d: Decisions, mode: np.ndarray, marker_empty_txn: np.ndarray,
-               retain_empty: np.ndarray, dest: Destination, stats: CleanerStats) -> None:
-        """The window's batches by their actions (assemble_kernel), appended to ``dest``."""
+    def _assemble(self, view: SegmentView, d: Decisions, mode: np.ndarray, marker_empty_txn: np.ndarray,
+                  retain_empty: np.ndarray, stats: CleanerStats) -> tuple[list[AppendedBatch], memoryview, int]:
+        """The window's batches by their actions (assemble_kernel): the batches to append, their
+        bytes, and the bytes of the window read."""
         rows = d.rows
         attrs, max_ts, horizon = rows["attributes"], rows["max_ts"], rows["horizon"]
         n_read, n_kept, counts, sizes = rows["n_read"], rows["n_kept"], rows["record_count"], rows["size"]
@@ -343,17 +347,14 @@ class SegmentFilter:
         stats.read_messages(int(n_read.sum()), int(sizes.sum()))
         stats.invalid_messages(int(rows["n_invalid"].sum()))
         kept_rows = np.flatnonzero(action != fk.ACTION_DROP)
-        if kept_rows.size:
-            last_offsets = (rows["base_offset"] + rows["last_offset_delta"])[kept_rows].tolist()
-            maxes = np.where(action == fk.ACTION_REBUILD, new_max_ts, max_ts)[kept_rows].tolist()
-            out_sizes = rows["out_size"][kept_rows].tolist()
-            stats.recopy_messages(int(n_kept[kept_rows].sum()), len(data))
-            dest.append([AppendedBatch(lst, mts, sz) for lst, mts, sz in zip(last_offsets, maxes, out_sizes)],
-                        data)
-        if self.throttler is not None:
-            self.throttler.maybe_throttle(int(sizes.sum()))
-            if len(data):
-                self.throttler.maybe_throttle(len(data))
+        if not kept_rows.size:
+            return [], data, int(sizes.sum())
+        last_offsets = (rows["base_offset"] + rows["last_offset_delta"])[kept_rows].tolist()
+        maxes = np.where(action == fk.ACTION_REBUILD, new_max_ts, max_ts)[kept_rows].tolist()
+        out_sizes = rows["out_size"][kept_rows].tolist()
+        stats.recopy_messages(int(n_kept[kept_rows].sum()), len(data))
+        return [AppendedBatch(lst, mts, sz) for lst, mts, sz in zip(last_offsets, maxes, out_sizes)], data, \
+            int(sizes.sum())
 
     @staticmethod
     def _finish(out: np.ndarray, rows: np.ndarray) -> memoryview:
