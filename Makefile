@@ -90,11 +90,11 @@ interop: setup
 		{ echo "make interop: FAILED (each failure above names its step: 'step N: ...')"; exit 1; }
 	@sed -n '/^| cleaner/,/^$$/p' bench/results/kafka_side_by_side.md
 
-# The real Spark job (issues 7, 21) with the spark extra: its batches byte-identical to the
+# The real Spark job (issues 7, 21) with the spark extra: its output byte-identical to the
 # in-process cleaner's on random workloads (local[2]), the sidecar's hand-off with the embedded job,
 # kills of the real job and of the sidecar while it runs, and a real standalone cluster (a master
 # and two workers from pyspark's spark-class on 127.0.0.1, stopped by PID at the end): relative
-# paths, byte-identical batches, an executor SIGKILLed mid-job, failure.json (tests/spark).
+# paths, byte-identical output, an executor SIGKILLed mid-job, failure.json (tests/spark).
 spark: setup
 	@$(EDITABLE) $(VENV)/bin/pip install -q -c constraints.txt -e '.[dev,operator,spark]'
 	@$(PLAIN_PTH)

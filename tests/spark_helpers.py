@@ -22,7 +22,7 @@ from logkeeper.log.names import TopicPartition
 from logkeeper.records.compression import Codec
 from logkeeper.spark.extract import extract_keys
 from logkeeper.spark.plan import CLEAN, DIRTY, MIN_OFFSET, CompactionPlan, Offsets, plan_compaction
-from logkeeper.spark.rewrite import build_manifest, rewrite_group
+from logkeeper.spark.rewrite import build_manifest, plan_batches, rewrite_batch
 from tests.cleaner_logs import TxnProducer, append_kvs
 
 NOW_MS = 1_700_000_000_000
@@ -174,7 +174,7 @@ def run_local_job(plan: CompactionPlan, staging: Path, crash: CrashHook = no_cra
     out_dir = staging / SEGMENTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     decisions = dict_decisions(plan)
-    outputs = [rewrite_group(plan, g.index, decisions, out_dir) for g in plan.groups]
+    outputs = [rewrite_batch(plan, b, decisions, out_dir) for b in range(len(plan_batches(plan)))]
     crash("written")
     manifest = build_manifest(plan, outputs, int(decisions.kept.size), 0.0, {"master": "test-double"})
     write_manifest(staging, manifest)
@@ -193,16 +193,6 @@ def output_files(partition_dir: Path, bases: Iterable[int]) -> dict[str, bytes]:
     wanted = set(bases)
     return {name: data for name, data in segment_files(partition_dir).items()
             if int(name.split(".")[0]) in wanted and not name.endswith(".snapshot")}
-
-
-def batches_of(files: dict[str, bytes]) -> tuple[bytes, bytes]:
-    """What a set of segment files holds whatever their layout: their ``.log`` bytes and their
-    ``.txnindex`` bytes, each joined in offset order. The in-process cleaner merges consecutive
-    small groups into one segment where the Spark job writes one a group (cleaner.py), so the
-    two are compared by these, not file by file."""
-    def joined(suffix: str) -> bytes:
-        return b"".join(data for name, data in sorted(files.items()) if name.endswith(suffix))
-    return joined(".log"), joined(".txnindex")
 
 
 def staged_files(staging: Path) -> dict[str, bytes]:

@@ -140,10 +140,10 @@ def test_crash_with_some_swap_files_renamed_back(tmp_path: Path, before_after: t
 
 def test_crash_in_second_group_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A round of several groups: a crash in the second replacement keeps the first one done and the
-    rest as it was. (A round swaps groups in by batches, cleaner.swap_batches: here a batch is one
+    rest as it was. (A round swaps groups in by batches, group_writer.write_batches: here a batch is one
     group, so that each group is its own replacement; tests/unit/test_cleaner_output_cost.py crashes
     a batch of several.)"""
-    monkeypatch.setattr("logkeeper.cleaner.cleaner.SWAP_BATCH_GROUPS", 1)
+    monkeypatch.setattr("logkeeper.cleaner.group_writer.WRITE_BATCH_GROUPS", 1)
     path = tmp_path / "topic-0"
     log = make_log(path)
     while len(log.segments) < 10:

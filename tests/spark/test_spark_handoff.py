@@ -31,17 +31,7 @@ from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.spark import submit
 from tests.cleaner_logs import append_kvs
-from tests.spark_helpers import (
-    NOW_MS,
-    TP,
-    batches_of,
-    build_log,
-    clean_in_process,
-    config,
-    copy_log_dir,
-    open_log,
-    segment_files,
-)
+from tests.spark_helpers import NOW_MS, TP, build_log, clean_in_process, config, copy_log_dir, open_log, segment_files
 
 JOB_TIMEOUT_S = 300.0
 
@@ -113,7 +103,7 @@ def hand_off(tmp_path: Path, seed: int, settings: dict[str, Any],
     assert not (log_dir / STAGING_DIR_NAME).exists()
     log.close()
     assert OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).read() == {TP: end}
-    assert batches_of(segment_files(log_dir / TP.dir_name)) == batches_of(segment_files(ref / TP.dir_name))
+    assert segment_files(log_dir / TP.dir_name) == segment_files(ref / TP.dir_name)
     return offloader, status
 
 

@@ -1,4 +1,4 @@
-"""The rewrite stage's tasks on real Spark (local[2]): each task gets whole groups, in the bin
+"""The rewrite stage's tasks on real Spark (local[2]): each task gets whole write batches of groups, in the bin
 partitioning.py packed them into, with Spark's own hash partitioning (not a reimplementation
 that could drift from it): the Murmur3 keys land in the partitions they were chosen for, and 6
 groups (the skew issue 21 measured: 6 groups ran as 2 tasks under groupBy + adaptive execution)
@@ -31,15 +31,16 @@ def test_six_groups_are_six_rewrite_tasks_biggest_first(spark: Any) -> None:
     from logkeeper.spark.job import _by_rewrite_task
 
     sizes = [10, 700, 30, 500, 20, 900]
+    # MiB: no two neighbours within group_writer.WRITE_BATCH_BYTES, so each group is a write batch
     plan = SimpleNamespace(groups=[SimpleNamespace(segments=(i,)) for i in range(len(sizes))],
-                           segments=[SimpleNamespace(size=s) for s in sizes])
+                           segments=[SimpleNamespace(size=s << 20) for s in sizes])
     # many rows for a big group, one for a small one: hashing by g would not care, nor do the bins
     rows = [(g, o) for g in range(len(sizes)) for o in range(sizes[g] // 10)]
     decisions = spark.createDataFrame(rows, "g int, o long")
     out = _by_rewrite_task(spark, plan, decisions)  # type: ignore[arg-type]
     assert out.rdd.getNumPartitions() == 6
     where = {r["g"]: r["p"] for r in out.select("g", F.spark_partition_id().alias("p")).distinct().collect()}
-    # one group a task, the biggest in partition 0 (started first), then by size
+    # one batch a task, the biggest in partition 0 (started first), then by size
     assert where == {5: 0, 1: 1, 3: 2, 2: 3, 4: 4, 0: 5}
     assert rewrite_slots(6, 2) == 6 and rewrite_slots(1000, 2) == 16
 

@@ -4,10 +4,10 @@ as a user runs it: ``logkeeper spark-compact --master spark://...`` in a subproc
 --log-dir and --staging relative to the directory it runs in (the executors run in the workers'
 work directories: a path not made absolute before Spark sees it is not found there).
 
-- the staged segments hold the in-process cleaner's batches byte for byte (spark_helpers.batches_of), and the
+- the staged files are byte-identical to the in-process cleaner's on the same directory, and the
   progress document ends at ``done`` with every chunk and group counted;
 - an executor SIGKILLed while the keys stage runs: Spark starts another, re-runs the lost tasks,
-  and the output's batches are still byte-identical;
+  and the output is still byte-identical;
 - a task that fails every attempt: exit 1, failure.json with the stage (``rewrite``), the
   one-line reason and the whole traceback, which holds the worker's Python traceback.
 """
@@ -32,7 +32,6 @@ from tests.spark.standalone_cluster import StandaloneCluster
 from tests.spark_helpers import (
     NOW_MS,
     TP,
-    batches_of,
     clean_log_dir,
     config,
     output_files,
@@ -94,7 +93,9 @@ def assert_identical(cwd: Path, reference: Path) -> None:
     manifest = read_manifest(cwd / "staging")
     expected = output_files(reference, (o.base_offset for o in manifest.outputs))
     got = staged_files(cwd / "staging")
-    assert batches_of(got) == batches_of(expected), "other batches than the in-process cleaner's"
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert got[name] == expected[name], f"{name} differs from the in-process cleaner's"
     assert manifest.spark["master"].startswith("spark://127.0.0.1:")
     # the partition directory the executors read: the absolute path of the relative --log-dir
     assert manifest.partition_dir == str(cwd / "spark" / TP.dir_name)

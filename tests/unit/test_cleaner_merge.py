@@ -1,4 +1,4 @@
-"""Consecutive small groups cleaned into one segment while their output fits (cleaner._GroupWriter):
+"""Consecutive small groups cleaned into one segment while their output fits (group_writer.py):
 what a merged segment must be (within segment.bytes, its offsets within an int32 span, valid
 indexes, the modification time of its last group), that merging never changes the batches a
 round keeps, and that groups written by a helper (big ones) are never merged."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from logkeeper.cleaner import cleaner as cleaner_module
+from logkeeper.cleaner import group_writer
 from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
@@ -73,7 +73,7 @@ def test_merging_keeps_the_same_batches_and_never_passes_segment_bytes(tmp_path:
     clean(merged)
     # each group on its own, as Kafka's grouping makes them
     alone = build(tmp_path / "alone-0", segments=16, keys=40)
-    monkeypatch.setattr(cleaner_module._GroupWriter, "_joins", lambda *_a: False)
+    monkeypatch.setattr(group_writer.GroupWriter, "_joins", lambda *_a: False)
     clean(alone)
     assert [raw for _h, raw in log_batches(merged)] == [raw for _h, raw in log_batches(alone)]
     assert 1 < len(merged.segments) < len(alone.segments)
@@ -102,7 +102,7 @@ def test_a_group_past_an_int32_span_of_the_segment_base_starts_a_new_segment(tmp
 
 
 def test_groups_written_by_a_helper_are_not_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cleaner_module, "INLINE_GROUP_BYTES", 1)  # every group is "big"
+    monkeypatch.setattr(group_writer, "INLINE_GROUP_BYTES", 1)  # every group is "big"
     log = build(tmp_path / "t-0")
     groups = len(log.segments) - 1
     clean(log)
@@ -116,16 +116,16 @@ def test_a_failure_in_a_merged_segment_leaves_the_log_as_it_was(tmp_path: Path,
     log = build(tmp_path / "t-0")
     expected = latest(log)
     files = sorted(os.listdir(log.dir))
-    real = cleaner_module._GroupWriter.finish
+    real = group_writer.GroupWriter.finish
     finished: list[int] = []
 
-    def fail_fifth(self: cleaner_module._GroupWriter, g: int, aborted: list[object]) -> None:
+    def fail_fifth(self: group_writer.GroupWriter, g: int, aborted: list[object]) -> None:
         finished.append(g)
         if len(finished) == 5:  # groups 0-3 are in the segment being written, not closed yet
             raise OSError(5, "Input/output error")
         real(self, g, aborted)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cleaner_module._GroupWriter, "finish", fail_fifth)
+    monkeypatch.setattr(group_writer.GroupWriter, "finish", fail_fifth)
     with pytest.raises(OSError, match="Input/output"):
         clean(log)
     assert sorted(os.listdir(log.dir)) == files

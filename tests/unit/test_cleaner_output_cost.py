@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from logkeeper.cleaner import cleaner as cleaner_module
+from logkeeper.cleaner import group_writer
 from logkeeper.cleaner.appender import INLINE_GROUP_BYTES, InlineAppender, WindowAppender, appender_for
 from logkeeper.cleaner.clean_command import ReplacedFiles
-from logkeeper.cleaner.cleaner import Cleaner, cleaned_index_bound
+from logkeeper.cleaner.cleaner import Cleaner
+from logkeeper.cleaner.group_writer import cleaned_index_bound, write_batches
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.log.log import Log
@@ -65,7 +67,7 @@ def test_bounded_indexes_are_the_same_bytes_as_full_size_ones(tmp_path: Path, mo
     bounded = build(tmp_path / "bounded-0")
     clean(bounded)
     full = build(tmp_path / "full-0")
-    monkeypatch.setattr(cleaner_module, "cleaned_index_bound", lambda _b, config: config.max_index_size)
+    monkeypatch.setattr(group_writer, "cleaned_index_bound", lambda _b, config: config.max_index_size)
     clean(full)
     assert read_log(bounded) == read_log(full)
     assert index_bytes(bounded) == index_bytes(full)
@@ -181,7 +183,7 @@ def test_groups_are_swapped_in_by_batches_each_syncing_the_directory_twice(
     syncs: list[Path] = []
     real = replace.fsync_dir
     monkeypatch.setattr(replace, "fsync_dir", lambda d: (syncs.append(d), real(d))[1])
-    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_GROUPS", 4)
+    monkeypatch.setattr(group_writer, "WRITE_BATCH_GROUPS", 4)
     batches: list[int] = []
     real_clean_groups = Cleaner.clean_groups
 
@@ -196,17 +198,18 @@ def test_groups_are_swapped_in_by_batches_each_syncing_the_directory_twice(
     log.close()
 
 
-def test_swap_batches_bound_bytes_and_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = build(tmp_path / "t-0")
-    segs = log.segments.values()[:11]
-    size = segs[0].size_in_bytes
-    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_BYTES", 3 * size)
-    batches = cleaner_module.swap_batches([[s] for s in segs])
-    assert [len(b) for b in batches][:2] == [3, 3]
-    assert [s for b in batches for g in b for s in g] == segs
-    monkeypatch.setattr(cleaner_module, "SWAP_BATCH_BYTES", 1)
-    assert [len(b) for b in cleaner_module.swap_batches([[s] for s in segs])] == [1] * 11
-    log.close()
+def test_write_batches_bound_bytes_and_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = [100] * 11
+    monkeypatch.setattr(group_writer, "WRITE_BATCH_BYTES", 300)
+    batches = write_batches(sizes)
+    assert [len(b) for b in batches] == [3, 3, 3, 2]
+    assert [g for b in batches for g in b] == list(range(11))
+    monkeypatch.setattr(group_writer, "WRITE_BATCH_BYTES", 1)
+    assert [len(b) for b in write_batches(sizes)] == [1] * 11  # a group past the bound: a batch of its own
+    monkeypatch.setattr(group_writer, "WRITE_BATCH_BYTES", 1 << 30)
+    monkeypatch.setattr(group_writer, "WRITE_BATCH_GROUPS", 4)
+    assert [len(b) for b in write_batches(sizes)] == [4, 4, 3]
+    assert write_batches([]) == []
 
 
 class Crash(Exception):

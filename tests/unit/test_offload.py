@@ -35,7 +35,6 @@ from tests.cleaner_logs import append_kvs, read_log
 from tests.spark_helpers import (
     NOW_MS,
     TP,
-    batches_of,
     build_log,
     clean_log_dir,
     config,
@@ -157,7 +156,7 @@ def test_hand_off_leaves_the_log_byte_identical_to_the_in_process_cleaner(tmp_pa
     assert s.manager.all_cleaner_checkpoints() == {TP: end}
     assert not (s.log_dir / STAGING_DIR_NAME).exists()
     s.log.close()
-    assert batches_of(files_of(s.log_dir)) == batches_of(files_of(ref))
+    assert files_of(s.log_dir) == files_of(ref)
 
 
 def test_appends_and_rolls_during_the_job_survive(setup: Setup, tmp_path: Path) -> None:
@@ -517,7 +516,7 @@ def test_external_runner_waits_for_the_job_someone_else_runs(built: Path, tmp_pa
     player.join()
     assert s.offloader.status()[str(TP)]["state"] == "done"
     s.log.close()
-    assert batches_of(files_of(s.log_dir)) == batches_of(files_of(tmp_path / "ref"))
+    assert files_of(s.log_dir) == files_of(tmp_path / "ref")
 
 
 def test_external_runner_takes_the_jobs_failure_and_times_out(built: Path, tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ A round (``do_clean``):
    less when the map filled);
 2. group the segments from the log start up to ``end_offset`` (grouping.py);
 3. clean each group into a new segment, consecutive small groups into one while their output
-   fits (``_GroupWriter``), and swap them in for their groups, a batch of consecutive groups at
-   a time (``clean_groups``, ``swap_batches``): with small segments (Kafka's 1 MiB) the fsyncs
-   of each group's replacement, not the cleaning, were most of a round; a batch is written, then
-   synced and swapped in by one replacement (each file fsynced, the directory twice). A crash
-   before a batch's swap rolls the whole batch back. A batch's groups are cleaned as one stream
-   of windows (filter.py ``clean_groups_into``): the next window, of this group or the next, is
-   decided while this one is written.
+   fits, and swap them in for their groups, a batch of consecutive groups at a time
+   (``clean_groups``; group_writer.py: the batches and the merging): with small segments
+   (Kafka's 1 MiB) the fsyncs of each group's replacement, not the cleaning, were most of a
+   round; a batch is written, then synced and swapped in by one replacement (each file fsynced,
+   the directory twice). A crash before a batch's swap rolls the whole batch back. A batch's
+   groups are cleaned as one stream of windows (filter.py ``clean_groups_into``): the next
+   window, of this group or the next, is decided while this one is written.
 
 Replacing a batch of groups, crash-safely (log/replace.py's numbered steps, Log.replace_segments):
 
@@ -35,13 +35,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..fileio import CrashHook
-from ..index.txn_index import AbortedTxn
 from ..log.log import Log
-from ..log.log_config import LogConfig
 from ..log.names import TopicPartition
-from ..log.segment import INT32_MAX, LogSegment
-from .appender import INLINE_GROUP_BYTES, appender_for
-from .filter import Destination, SegmentFilter
+from ..log.segment import LogSegment
+from .filter import SegmentFilter
+from .group_writer import GroupWriter, group_uppers, write_batches
 from .grouping import group_segments_by_size
 from .map_builder import MapBuilder
 from .offset_map import OffsetMap
@@ -53,152 +51,6 @@ from .throttler import Throttler
 from .txn import AbortedTxns, CleanedTransactionMetadata
 
 CheckDone = Callable[[TopicPartition], None]
-INDEX_ENTRY_MAX_BYTES = 12  # a time index entry; an offset index entry is 8
-
-
-# groups swapped in together: while their input stays within both bounds (module docstring)
-SWAP_BATCH_BYTES = 32 << 20
-SWAP_BATCH_GROUPS = 64
-
-
-def swap_batches(groups: Sequence[Sequence[LogSegment]]) -> list[list[Sequence[LogSegment]]]:
-    """Consecutive groups cut into the batches swapped in together: a batch ends before the group
-    that would take its input past SWAP_BATCH_BYTES or its count past SWAP_BATCH_GROUPS (a group
-    bigger than that is a batch of its own)."""
-    batches: list[list[Sequence[LogSegment]]] = []
-    size = 0
-    for group in groups:
-        group_bytes = sum(seg.size_in_bytes for seg in group)
-        if not batches or size + group_bytes > SWAP_BATCH_BYTES or len(batches[-1]) >= SWAP_BATCH_GROUPS:
-            batches.append([])
-            size = 0
-        batches[-1].append(group)
-        size += group_bytes
-    return batches
-
-
-def _uppers(segments: Sequence[LogSegment]) -> list[int]:
-    """Where each segment's offsets end: the next one's base, the last one's next offset."""
-    return [seg.base_offset for seg in segments[1:]] + [segments[-1].read_next_offset()]
-
-
-class _Output:
-    """A cleaned segment being written: the last group it holds so far, what appends to it
-    (entered; left by ``_GroupWriter._close`` or ``abandon``) and the aborted transactions it
-    will index."""
-
-    def __init__(self, segment: LogSegment, group: int, group_bytes: int) -> None:
-        self.segment = segment
-        self.last = group
-        self.inline = group_bytes <= INLINE_GROUP_BYTES
-        self.appender = appender_for(segment, group_bytes).__enter__()  # a big group: written on a helper
-        self.aborted: list[AbortedTxn] = []
-
-
-class _GroupWriter:
-    """The cleaned segments of a batch of groups, written as the filter reaches each group
-    (``open``, ``finish``); on a failure, ``abandon`` deletes them all.
-
-    A group joins the cleaned segment of the group before when what it will add fits
-    (``_joins``): Kafka groups segments by their bytes before cleaning, so a log of 1 MiB segments
-    of which a round keeps a tenth came out as as many cleaned segments of a tenth of a MiB; here
-    they come out as full ones. Creating, trimming, syncing and renaming a cleaned segment's files
-    was most of such a round (bench/results/kafka_cleaner.md), and the next round reads fewer
-    segments. Whether a group fits is decided with its first window cleaned: its bytes then are
-    the window's output plus the group's input bytes still to come, an upper bound (a cleaned
-    batch is never longer than its source, compression aside, as Kafka's grouping assumes too).
-    The merged segment is what Kafka's grouping makes of the same segments one round later:
-    within segment.bytes, its indexes within their size, its offsets within an int32 span of its
-    base offset."""
-
-    def __init__(self, log: Log, groups: Sequence[Sequence[LogSegment]], uppers: Sequence[int]) -> None:
-        self._log = log
-        self._groups = groups
-        self._uppers = uppers  # the first offset after each group
-        self._bytes = [sum(seg.size_in_bytes for seg in segments) for segments in groups]
-        self.written: list[LogSegment] = []
-        self._out: _Output | None = None
-
-    def open(self, g: int, dropped: int) -> Destination:
-        """Where group ``g``'s windows go: the cleaned segment being written when ``g`` fits in it,
-        else a new ``.cleaned`` segment; ``dropped`` is how many bytes its first window's cleaning
-        removed (0 before any window)."""
-        out = self._out
-        if out is not None and self._joins(out, g, self._bytes[g] - dropped):
-            out.last = g
-            return out.appender
-        if out is not None:
-            self._close(out)
-        max_index_size = cleaned_index_bound(max(self._bytes[g], self._merge_bytes(g)), self._log.config)
-        self._out = _Output(self._log.new_cleaned_segment(self._groups[g][0].base_offset,
-                                                          max_index_size=max_index_size), g, self._bytes[g])
-        return self._out.appender
-
-    def finish(self, g: int, aborted: list[AbortedTxn]) -> None:
-        """Group ``g`` is cleaned; after the batch's last group, its segment is closed (whole,
-        indexed and trimmed, not yet synced)."""
-        out = self._out
-        if out is None or out.last != g:
-            raise RuntimeError(f"group {g} finished before it was opened")
-        out.aborted += aborted
-        if g == len(self._groups) - 1:
-            self._close(out)
-
-    def abandon(self, error: BaseException) -> None:
-        """Delete every segment made (the caller's stream is closed)."""
-        out, self._out = self._out, None
-        if out is not None:
-            try:
-                out.appender.__exit__(type(error), error, error.__traceback__)  # the helper drops what waits
-            finally:
-                out.segment.delete_if_exists()
-        for cleaned in self.written:
-            cleaned.delete_if_exists()
-
-    def _merge_bytes(self, g: int) -> int:
-        """The bytes a cleaned segment opened for group ``g`` may grow to by merging."""
-        return self._log.config.segment_bytes if self._bytes[g] <= INLINE_GROUP_BYTES else 0
-
-    def _joins(self, out: _Output, g: int, bound: int) -> bool:
-        seg = out.segment
-        # a segment written by a helper (a big group) is closed with its group: its size is not
-        # known on this thread until then
-        if not out.inline or self._bytes[g] > INLINE_GROUP_BYTES:
-            return False
-        offset_entries = sum(s.offset_index.entries for s in self._groups[g])
-        time_entries = sum(s.time_index.entries for s in self._groups[g]) + 1  # + the final entry
-        return (seg.size_in_bytes + bound <= self._log.config.segment_bytes
-                and (self._bytes[g] == 0 or self._uppers[g] - 1 - seg.base_offset <= INT32_MAX)
-                and seg.offset_index.entries + offset_entries <= seg.offset_index.max_entries
-                and seg.time_index.entries + time_entries <= seg.time_index.max_entries)
-
-    def _close(self, out: _Output) -> None:
-        self._out = None
-        cleaned = out.segment
-        try:
-            out.appender.__exit__(None, None, None)  # every window appended (a helper raises its error here)
-            for txn in out.aborted:
-                cleaned.txn_index.append(txn)
-            cleaned.on_become_inactive()
-            cleaned.set_last_modified_ms(self._groups[out.last][-1].last_modified_ms)
-        except BaseException:
-            cleaned.delete_if_exists()
-            raise
-        self.written.append(cleaned)
-
-
-def cleaned_index_bound(group_bytes: int, config: LogConfig) -> int:
-    """The bytes to allocate for each index of the segment a group of ``group_bytes`` is cleaned into.
-
-    Not ``segment.index.bytes`` (10 MiB) for every cleaned segment: allocating, mapping and then
-    trimming that for each 1 MiB segment was a fixed cost of every group. An index entry follows
-    more than ``index.interval.bytes`` of batches since the previous one (segment.py), so B bytes
-    of batches make at most B // interval + 1 entries, the time index one more (the final entry
-    when the segment becomes inactive). A cleaned segment holds fewer bytes than its group (records
-    only go); the bound allows twice the group's bytes anyway, and never more than the config's.
-    """
-    entries = 2 * group_bytes // max(config.index_interval_bytes, 1) + 8
-    return min(config.max_index_size, entries * INDEX_ENTRY_MAX_BYTES)
 
 
 def _never_done(_tp: TopicPartition) -> None:
@@ -273,10 +125,10 @@ class Cleaner:
         # only make this keep a batch the current state would let go: never the other way round.
         last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
         aborted = AbortedTxns(log.segments, log.log_start_offset, groups[0][0].base_offset) if groups else None
-        batches = swap_batches(groups)
+        batches = write_batches([sum(seg.size_in_bytes for seg in group) for group in groups])
         for i, batch in enumerate(batches):
             # the last step's directory fsync of a batch is the next batch's first (replace.py)
-            self.clean_groups(log, batch, self.offset_map, now_ms, stats, txns, upper_bound,
+            self.clean_groups(log, groups[batch.start:batch.stop], self.offset_map, now_ms, stats, txns, upper_bound,
                               last_records=last_records, aborted=aborted, sync_renamed=i == len(batches) - 1)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
@@ -299,16 +151,18 @@ class Cleaner:
                      now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int, *,
                      last_records: dict[int, LastRecord] | None = None, aborted: AbortedTxns | None = None,
                      sync_renamed: bool = True) -> None:
-        """Clean each group into one segment, then swap them all in for the groups in one
-        replacement (one fsync of each file, two of the directory for all of them: ``swap_batches``)."""
+        """Clean the groups into segments (group_writer.py: consecutive small ones merged), then
+        swap them all in for the groups in one replacement (one fsync of each file, two of the
+        directory for all of them)."""
         if last_records is None:
             # producers expire on the broker's clock; ``now_ms`` is the round's time for horizons
             last_records = last_records_of_active_producers(log, self.clock_ms(), self.producer_expiration_ms)
         if aborted is None:  # read once for every group, as a round does (AbortedTxns)
             first = groups[0][0].base_offset if groups and groups[0] else log.log_start_offset
             aborted = AbortedTxns(log.segments, log.log_start_offset, first)
-        uppers = [_uppers(segments) for segments in groups]
-        writer = _GroupWriter(log, groups, [up[-1] for up in uppers])
+        uppers = [group_uppers(segments) for segments in groups]
+        writer = GroupWriter(lambda base, index_bytes: log.new_cleaned_segment(base, max_index_size=index_bytes),
+                             log.config, groups, [up[-1] for up in uppers])
         swapping = False
         try:
             sources = [[(seg, aborted.collect(seg.base_offset, up)) for seg, up in zip(segments, ups)]

@@ -3,7 +3,7 @@
 Crash points for tests, LOGKEEPER_SPARK_CRASH_AT=<step>: ``planned`` (the plan made, nothing
 written), ``written`` (every cleaned segment staged, no manifest yet), ``manifest`` (the manifest
 written, the process not yet exited) make the driver exit as a SIGKILL would; ``group-written``
-(one group's segment staged, in a Spark worker) SIGKILLs every process of the job: driver, JVM
+(one write batch's segments staged, in a Spark worker) SIGKILLs every process of the job: driver, JVM
 and workers (a lost node, the OOM killer). The workers are not in the driver's process group
 (pyspark's daemon makes its own), so the driver, when it leads a session of its own (as the
 sidecar starts it), passes its session id to them in LOGKEEPER_SPARK_JOB_SESSION; without it a

@@ -6,22 +6,23 @@ One exact round over a partition's dirty section, in three stages:
    with their transaction state, and batch-aligned chunks of the segments to read;
 2. keys (Spark): a task per chunk, small chunks sharing tasks (partitioning.py); a Python
    worker maps the segment file by path and emits (key: binary, p: long) for every keyed data
-   record (extract.py), p = offset << 20 | group.
+   record (extract.py), p = offset << 20 | the write batch of its group (the groups the
+   in-process cleaner writes together: group_writer.write_batches).
    ``groupBy(key).agg(max(p))`` (a hash aggregate over the full key bytes: no hash collision
    can merge two keys) gives each key's latest offset in the dirty section and, in its low
-   bits, the group that holds it. When the round has a clean section (the log start below
+   bits, the batch that holds it. When the round has a clean section (the log start below
    the first dirty offset), its records are left-semi-joined with the dirty keys: those are
    superseded;
 3. rewrite (Spark): the decisions leave the aggregate packed: a Python worker per partition
-   (``mapInArrow``, _pack) splits the offsets by group and emits each group's as one binary
-   value of int64s (a row a group and PACK_OFFSETS offsets, not a row an offset: the second
+   (``mapInArrow``, _pack) splits the offsets by batch and emits each batch's as one binary
+   value of int64s (a row a batch and PACK_OFFSETS offsets, not a row an offset: the second
    shuffle and the grouping sort then move a few rows instead of one per key). They are
-   repartitioned so that each task gets whole groups, one
-   task a group up to 8 a core, the biggest first (partitioning.py: Spark's own hash
-   partitioning, steered, not groupBy's hash buckets that adaptive execution coalesces), and
-   grouped by cleaned segment (``applyInArrow``); each group's worker writes its ``.cleaned``
-   segment into ``<staging>/segments/`` with the in-process cleaner's filter (rewrite.py) and
-   returns its files' sizes and CRCs. The driver writes ``<staging>/manifest.json`` last
+   repartitioned so that each task gets whole batches, one task a batch up to 8 a core, the
+   biggest first (partitioning.py: Spark's own hash partitioning, steered, not groupBy's hash
+   buckets that adaptive execution coalesces), and grouped by batch (``applyInArrow``); each
+   batch's worker writes its cleaned segments into ``<staging>/segments/`` with the in-process
+   cleaner's filter and group writer (rewrite.py: the same segments, small groups merged) and
+   returns their files' sizes and CRCs. The driver writes ``<staging>/manifest.json`` last
    (cleaner/offload_manifest.py).
 
 Session: ``--master`` (default ``local[*]``, unless the job runs under spark-submit, which sets
@@ -66,7 +67,7 @@ from .on_k8s import driver_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
 from .resources import derived_conf, shuffle_partitions
-from .rewrite import GroupOutput, build_manifest, rewrite_group
+from .rewrite import BatchOutput, SegmentOutput, build_manifest, plan_batches, rewrite_batch
 
 KEPT = 0
 SUPERSEDED = 1
@@ -171,6 +172,7 @@ class _Reporter:
 def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], done: tuple[Any, Any],
                        batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     config = plan.log_config()
+    batch_of = [b for b, groups in enumerate(plan_batches(plan)) for _g in groups]  # by group
     for batch in batches:
         for row in batch.column(0).to_pylist():
             chunk = plan.chunks[chunk_ids[int(row)]]
@@ -182,7 +184,7 @@ def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], done: tuple[A
                 for cols in extract_keys(seg, chunk.start_position, chunk.end_position, lo, hi, skip):
                     keys = pa.Array.from_buffers(pa.binary(), cols.rows,
                                                  [None, pa.py_buffer(cols.starts), pa.py_buffer(cols.data)])
-                    packed = pa.array((cols.offsets << GROUP_BITS) | chunk.group, type=pa.int64())
+                    packed = pa.array((cols.offsets << GROUP_BITS) | batch_of[chunk.group], type=pa.int64())
                     yield pa.RecordBatch.from_arrays([keys, packed], names=["k", "p"])
             finally:
                 seg.close_handlers()
@@ -193,7 +195,7 @@ def _chunk_key_batches(plan: CompactionPlan, chunk_ids: list[int], done: tuple[A
 
 def _rewrite(plan: CompactionPlan, out_dir: str, done: tuple[Any, Any, Any], key: tuple[Any, ...],
              table: pa.Table) -> pa.Table:
-    g = int(key[1].as_py())  # key: (the task's partition key b, the group)
+    g = int(key[1].as_py())  # key: (the task's partition key b, the write batch)
     kinds = table.column("t").to_pylist()
     packed = table.column("o").to_pylist()
 
@@ -203,27 +205,29 @@ def _rewrite(plan: CompactionPlan, out_dir: str, done: tuple[Any, Any, Any], key
 
     kept = offsets_of(KEPT)
     decisions = ExactDecisions.of(plan.latest_offset, plan.first_dirty_offset, kept, offsets_of(SUPERSEDED))
-    out = rewrite_group(plan, g, decisions, Path(out_dir))
+    out = rewrite_batch(plan, g, decisions, Path(out_dir))
     maybe_kill_group("group-written")
     maybe_fail_task("group-written")
-    done[0].add(1)
+    done[0].add(len(plan_batches(plan)[g]))
     done[1].add(out.bytes_read)
     done[2].add(out.bytes_written)
-    doc = {"group": out.group, "base_offset": out.base_offset, "replaces": list(out.replaces),
-           "inputs": [i.to_dict() for i in out.inputs], "files": [f.to_dict() for f in out.files],
-           "keys": int(kept.size), "messages_read": out.messages_read, "bytes_read": out.bytes_read,
-           "messages_written": out.messages_written, "bytes_written": out.bytes_written,
-           "invalid_messages": out.invalid_messages}
+    doc = {"batch": out.batch, "keys": int(kept.size), "messages_read": out.messages_read,
+           "bytes_read": out.bytes_read, "messages_written": out.messages_written,
+           "bytes_written": out.bytes_written, "invalid_messages": out.invalid_messages,
+           "segments": [{"base_offset": seg.base_offset, "replaces": list(seg.replaces),
+                         "inputs": [i.to_dict() for i in seg.inputs], "files": [f.to_dict() for f in seg.files]}
+                        for seg in out.segments]}
     return pa.table({"g": pa.array([g], pa.int32()), "result": pa.array([json.dumps(doc)], pa.string())})
 
 
-def _group_output(doc: dict[str, Any]) -> GroupOutput:
-    return GroupOutput(int(doc["group"]), int(doc["base_offset"]), tuple(doc["replaces"]),
-                       tuple(InputSegment(int(i["base_offset"]), i["name"], int(i["size"]), int(i["crc32c"]))
-                             for i in doc["inputs"]),
-                       tuple(StagedFile(f["name"], int(f["size"]), int(f["crc32c"])) for f in doc["files"]),
-                       int(doc["messages_read"]), int(doc["bytes_read"]), int(doc["messages_written"]),
-                       int(doc["bytes_written"]), int(doc["invalid_messages"]))
+def _batch_output(doc: dict[str, Any]) -> BatchOutput:
+    segments = tuple(SegmentOutput(int(s["base_offset"]), tuple(s["replaces"]),
+                                   tuple(InputSegment(int(i["base_offset"]), i["name"], int(i["size"]),
+                                                      int(i["crc32c"])) for i in s["inputs"]),
+                                   tuple(StagedFile(f["name"], int(f["size"]), int(f["crc32c"])) for f in s["files"]))
+                     for s in doc["segments"])
+    return BatchOutput(int(doc["batch"]), segments, int(doc["messages_read"]), int(doc["bytes_read"]),
+                       int(doc["messages_written"]), int(doc["bytes_written"]), int(doc["invalid_messages"]))
 
 
 # ---------------------------------------------------------------------------------------------- the job
@@ -238,8 +242,8 @@ def _keys_frame(spark: SparkSession, plan: CompactionPlan, side: int, done: tupl
 
 
 def _pack(kind: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A partition's packed offsets (column 0: offset << GROUP_BITS | group): per group, rows of
-    (g, kind, up to PACK_OFFSETS offsets as native int64 bytes)."""
+    """A partition's packed offsets (column 0: offset << GROUP_BITS | write batch): per batch, rows
+    of (g: the batch, kind, up to PACK_OFFSETS offsets as native int64 bytes)."""
     held: list[npt.NDArray[np.int64]] = []
     count = 0
 
@@ -272,9 +276,9 @@ def _decisions(spark: SparkSession, plan: CompactionPlan, done: tuple[Any, Any],
     def split(df: DataFrame, kind: int) -> DataFrame:
         return df.select(p).mapInArrow(functools.partial(_pack, kind), PACKED)
 
-    # a row per group (indexes 0..n-1), so that a group none of whose keys won still gets its
+    # a row per write batch (indexes 0..n-1), so that a batch none of whose keys won still gets its
     # rewrite task; from range: createDataFrame of a list infers and converts in the driver
-    sentinels = spark.range(len(plan.groups)).select(
+    sentinels = spark.range(len(plan_batches(plan))).select(
         F.col("id").cast("int").alias("g"), F.lit(SENTINEL).cast("byte").alias("t"), F.lit(b"").alias("o"))
     dirty = _keys_frame(spark, plan, DIRTY, done)
     if dirty is None:
@@ -289,10 +293,12 @@ def _decisions(spark: SparkSession, plan: CompactionPlan, done: tuple[Any, Any],
 
 
 def _by_rewrite_task(spark: SparkSession, plan: CompactionPlan, decisions: DataFrame) -> DataFrame:
-    """The decisions repartitioned so that each rewrite task gets whole groups, evenly by bytes
-    (partitioning.py): column b holds, per group, a key that Spark hashes into its bin's partition."""
-    slots = rewrite_slots(len(plan.groups), spark.sparkContext.defaultParallelism)
-    sizes = [sum(plan.segments[i].size for i in g.segments) for g in plan.groups]
+    """The decisions repartitioned so that each rewrite task gets whole write batches, evenly by
+    bytes (partitioning.py): column b holds, per batch, a key that Spark hashes into its bin's
+    partition."""
+    batches = plan_batches(plan)
+    slots = rewrite_slots(len(batches), spark.sparkContext.defaultParallelism)
+    sizes = [sum(plan.segments[i].size for g in batch for i in plan.groups[g].segments) for batch in batches]
     keys = partition_keys(slots)
     by_group = F.array(*[F.lit(keys[b]) for b in pack_groups(sizes, slots)])
     return decisions.withColumn("b", F.element_at(by_group, F.col("g") + 1)).repartition(slots, "b")
@@ -318,14 +324,12 @@ def _run(spark: SparkSession, plan: CompactionPlan, staging: Path, reporter: _Re
     rows = _by_rewrite_task(spark, plan, _decisions(spark, plan, chunk_done)).groupBy("b", "g").applyInArrow(
         lambda key, table: _rewrite(plan, where, group_done, key, table), "g int, result string").collect()
     reporter.set_stage(CHECKING)
-    outputs = sorted((_group_output(json.loads(r["result"])) for r in rows), key=lambda o: o.base_offset)
-    if [o.group for o in outputs] != [g.index for g in plan.groups]:
-        raise RuntimeError(f"the job wrote groups {[o.group for o in outputs]}, the plan has {len(plan.groups)}")
-    for out in outputs:
-        for f in out.files:
+    outputs = sorted((_batch_output(json.loads(r["result"])) for r in rows), key=lambda o: o.batch)
+    for out in outputs:  # build_manifest checks that they are every batch of the plan
+        for f in (f for seg in out.segments for f in seg.files):
             size = (out_dir / f.name).stat().st_size
             if size != f.size:
-                raise RuntimeError(f"staged {f.name} is {size} bytes, its group wrote {f.size}")
+                raise RuntimeError(f"staged {f.name} is {size} bytes, its batch wrote {f.size}")
     maybe_crash("written")
     reporter.set_stage(MANIFEST_STAGE)
     sc = spark.sparkContext
