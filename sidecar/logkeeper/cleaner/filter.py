@@ -34,8 +34,9 @@ through the throttler.
 Two threads: windows' records are decided ahead (``_decide``: decompression, decide_kernel, which
 only reads the map) on a helper thread, and by the cleaner's thread rather than wait (ahead.py);
 the cleaner's thread writes the decided windows in order (``_assemble``: assemble_kernel, CRCs,
-compression, the append). The two halves of the pass overlap on two cores: the windows of all the
-group's sources are one stream, so the next source is decided while this one is written even
+compression; then the append, to the destination the caller chooses knowing the window's
+output). The two halves of the pass overlap on two cores: the windows of all the group's sources
+are one stream, so the next source is decided while this one is written even
 when each source is a single window (Kafka's 1 MiB segments).
 """
 
