@@ -79,7 +79,6 @@ class _Output:
     def __init__(self, segment: LogSegment, group: int, group_bytes: int) -> None:
         self.segment = segment
         self.first = self.last = group
-        self.inline = group_bytes <= INLINE_GROUP_BYTES
         self.appender = appender_for(segment, group_bytes).__enter__()  # a big group: written on a helper
         self.aborted: list[AbortedTxn] = []
 
@@ -111,7 +110,7 @@ class GroupWriter:
             return out.appender
         if out is not None:
             self._close(out)
-        merge_bytes = self._config.segment_bytes if self._bytes[g] <= INLINE_GROUP_BYTES else 0
+        merge_bytes = self._config.segment_bytes if self._small(g) else 0
         segment = self._make_segment(self._groups[g][0].base_offset,
                                      cleaned_index_bound(max(self._bytes[g], merge_bytes), self._config))
         self._out = _Output(segment, g, self._bytes[g])
@@ -141,7 +140,7 @@ class GroupWriter:
         seg = out.segment
         # a segment written by a helper (a big group) is closed with its group: its size is not
         # known on this thread until then
-        if not out.inline or self._bytes[g] > INLINE_GROUP_BYTES:
+        if not (self._small(out.first) and self._small(g)):
             return False
         offset_entries = sum(s.offset_index.entries for s in self._groups[g])
         time_entries = sum(s.time_index.entries for s in self._groups[g]) + 1  # + the final entry
@@ -149,6 +148,10 @@ class GroupWriter:
                 and (self._bytes[g] == 0 or self._uppers[g] - 1 - seg.base_offset <= INT32_MAX)
                 and seg.offset_index.entries + offset_entries <= seg.offset_index.max_entries
                 and seg.time_index.entries + time_entries <= seg.time_index.max_entries)
+
+    def _small(self, g: int) -> bool:
+        """Whether group ``g`` is appended on this thread (appender.py), so that it may merge."""
+        return self._bytes[g] <= INLINE_GROUP_BYTES
 
     def _close(self, out: _Output) -> None:
         self._out = None

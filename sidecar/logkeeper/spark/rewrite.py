@@ -140,9 +140,9 @@ def rewrite_batch(plan: CompactionPlan, batch_index: int, decisions: ExactDecisi
 def build_manifest(plan: CompactionPlan, outputs: Sequence[BatchOutput], keys: int, seconds: float,
                    spark: dict[str, Any]) -> Manifest:
     """The manifest of a round whose batches are all written (outputs in offset order)."""
-    if [o.batch for o in outputs] != list(range(len(plan_batches(plan)))):
-        raise RuntimeError(f"the job wrote batches {[o.batch for o in outputs]}, the plan has "
-                           f"{len(plan_batches(plan))}")
+    batches = len(plan_batches(plan))
+    if [o.batch for o in outputs] != list(range(batches)):
+        raise RuntimeError(f"the job wrote batches {[o.batch for o in outputs]}, the plan has {batches}")
     segments = [seg for o in outputs for seg in o.segments]
     replaced = [b for seg in segments for b in seg.replaces]
     if replaced != [plan.segments[i].base_offset for g in plan.groups for i in g.segments]:
