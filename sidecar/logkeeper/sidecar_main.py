@@ -46,6 +46,7 @@ from .log_dir_rule import NotALogDirError, check_sidecar_log_dir, prepare_sideca
 from .protocol.listener import KafkaListener
 from .server.auth import TokenFile
 from .server.config import SidecarConfig, load_config
+from .server.heap import keep_large_buffers
 from .server.http_api import Api, build_app
 from .server.http_limits import READ_BUFSIZE, ConnectionLimit, LimitedSite
 from .server.service import Sidecar
@@ -74,6 +75,7 @@ def run(config_path: str, *, environ: Mapping[str, str] | None = None, out: Text
         return EXIT_BAD_CONFIG
     for d in config.log_dirs:  # only once every input is known good: a failed start touches nothing
         prepare_sidecar_log_dir(Path(d))
+    log.info("allocator: %s", keep_large_buffers())  # before the buffers of fetches are made
     return asyncio.run(serve(config, token, out))
 
 
