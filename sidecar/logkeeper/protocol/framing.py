@@ -76,7 +76,7 @@ def response_frame(correlation_id: int, header_version: int, message: Message, b
 
     A fetch answer carries up to fetch.max.bytes of records: encoding the body on its own and then
     joining it behind the size and header copied those records twice more, on the event loop's
-    thread. Here the size is patched in once the body is written (bench/ab_consume.py measures it)."""
+    thread. Here the size is patched in once the body is written (bench/ab_kafka_consume.py measures such changes)."""
     w = Writer()
     w.buf += RESPONSE_HEAD_FLEXIBLE.pack(0, correlation_id, 0) if header_version >= 1 else \
         RESPONSE_HEAD.pack(0, correlation_id)

@@ -4,12 +4,11 @@ A fetch answers up to a MiB a partition: the records are read into a buffer of t
 encoded into the response frame, two allocations of about a MiB each, freed once it is sent. With
 glibc's defaults each one is fresh memory from the kernel: an allocation from 128 KiB up is an
 mmap of its own (the threshold grows only after such a block is freed) and the top of the heap
-is given back (trimmed) when more than 128 KiB-2 x the threshold is free there. Every page of a
-fresh buffer is then a page fault when first written, ~256 a MiB, and on this VM those faults,
-not the copies, were most of the loop's time for a fetch: a py-spy profile had zeroing the read
-buffer and copying the records into the frame at 45% of the event loop's samples, the read from
-the page cache at 4%; with the settings below a 1 MiB fetch's answer took half the time and half
-the server's CPU (bench/results/kafka_perf.md's reading, the raw fetch probe).
+is given back (trimmed) when more than 128 KiB (later twice the grown threshold) is free there. Every page of a
+fresh buffer is then a page fault when first written, 256 a MiB, and on a VM those faults, not
+the copies, were most of the event loop's time for a fetch; reused heap memory cut both a
+1 MiB fetch's time and the server's CPU per MB (the figures: bench/results/design_figures.md,
+heap; bench/bench_kafka_fetch.py measures it against Kafka and against glibc's defaults).
 
 So the sidecar sets both thresholds once at start: allocations up to MMAP_THRESHOLD come from
 the heap (reused, their pages already resident) and up to TRIM_THRESHOLD of free memory stays at
