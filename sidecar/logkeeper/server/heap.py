@@ -8,7 +8,7 @@ is given back (trimmed) when more than 128 KiB (later twice the grown threshold)
 fresh buffer is then a page fault when first written, 256 a MiB, and on a VM those faults, not
 the copies, were most of the event loop's time for a fetch; reused heap memory cut both a
 1 MiB fetch's time and the server's CPU per MB (the figures: bench/results/design_figures.md,
-heap; bench/bench_kafka_fetch.py measures it against Kafka and against glibc's defaults).
+heap; bench/bench_kafka_raw.py measures it against Kafka and against glibc's defaults).
 
 So the sidecar sets both thresholds once at start: allocations up to MMAP_THRESHOLD come from
 the heap (reused, their pages already resident) and up to TRIM_THRESHOLD of free memory stays at
