@@ -4,11 +4,12 @@ A fetch answers up to a MiB a partition: the records are read into a buffer of t
 encoded into the response frame, two allocations of about a MiB each, freed once it is sent. With
 glibc's defaults each one is fresh memory from the kernel: an allocation from 128 KiB up is an
 mmap of its own (the threshold grows only after such a block is freed) and the top of the heap
-is given back (trimmed) when more than 128 KiB (later twice the grown threshold) is free there. Every page of a
-fresh buffer is then a page fault when first written, 256 a MiB, and on a VM those faults, not
-the copies, were most of the event loop's time for a fetch; reused heap memory cut both a
-1 MiB fetch's time and the server's CPU per MB (the figures: bench/results/design_figures.md,
-heap; bench/bench_kafka_raw.py measures it against Kafka and against glibc's defaults).
+is given back (trimmed) when more than 128 KiB (later twice the grown threshold) is free there.
+Every page of a fresh buffer is then a page fault when first written, 256 a MiB, and on a VM
+those faults, not the copies, were most of the event loop's time for a fetch; reused heap memory
+cut both a 1 MiB fetch's time and the server's CPU per MB (the figures:
+bench/results/design_figures.md, heap; bench/bench_kafka_raw.py measures it against Kafka and
+against glibc's defaults).
 
 So the sidecar sets both thresholds once at start: allocations up to MMAP_THRESHOLD come from
 the heap (reused, their pages already resident) and up to TRIM_THRESHOLD of free memory stays at
@@ -24,7 +25,6 @@ MALLOC_*_ variables win: the allocator read them at start and nothing is changed
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 from collections.abc import Mapping
@@ -47,7 +47,7 @@ def keep_large_buffers(environ: Mapping[str, str] | None = None) -> str:
         return f"left as set by {', '.join(overridden)}"
     if platform.libc_ver()[0] != "glibc":
         return "not glibc: left as is"
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (no ldconfig run to find it)
     # mallopt answers 1 on success, 0 on an invalid value: these are valid on every glibc
     if libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) != 1 or libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
         return "mallopt refused the thresholds: left as is"
