@@ -44,10 +44,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_kafka_perf import ProducerCase, cpu_seconds, create_topic, produce  # noqa: E402
+from bench.bench_kafka_perf import ProducerCase, cpu_seconds, create_topic, per_mb, produce  # noqa: E402
 from bench.side_by_side import date_and_commit, machine_line, parse_bench_args, side_by_side_line  # noqa: E402
-from logkeeper.protocol.messages import FETCH, FETCH_REQUEST, PRODUCE, PRODUCE_REQUEST  # noqa: E402
-from logkeeper.protocol.primitives import Writer  # noqa: E402
+from logkeeper.errors import LengthPastEndError, ShortBatchError  # noqa: E402
+from logkeeper.protocol.messages import FETCH, FETCH_REQUEST, FETCH_RESPONSE, PRODUCE, PRODUCE_REQUEST, PRODUCE_RESPONSE  # noqa: E402
+from logkeeper.protocol.primitives import Reader, Writer  # noqa: E402
+from logkeeper.records.batch import BatchHeader  # noqa: E402
 from logkeeper.records.builder import Record, build_batch  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
@@ -63,27 +65,12 @@ SIDECAR_CONF = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "group.initial.reba
 
 
 @dataclass(frozen=True)
-class Walk:
-    fetches: int
+class Requests:
+    """One walk of fetches or one burst of produces against a server."""
+
+    count: int
     bytes: int
-    latencies_s: list[float]
-    server_cpu_s: float
-
-    @property
-    def mb_per_s(self) -> float:
-        """MB of responses a second of fetching (the client's bookkeeping between fetches left out)."""
-        return self.bytes / 1e6 / sum(self.latencies_s)
-
-    @property
-    def cpu_ms_per_mb(self) -> float:
-        return self.server_cpu_s * 1000 / (self.bytes / 1e6)
-
-
-@dataclass(frozen=True)
-class Burst:
-    requests: int
-    bytes: int
-    seconds: float
+    seconds: float  # a walk: the sum of its fetches' times (the client's bookkeeping between them left out)
     latencies_s: list[float]
     server_cpu_s: float
 
@@ -93,7 +80,7 @@ class Burst:
 
     @property
     def cpu_ms_per_mb(self) -> float:
-        return self.server_cpu_s * 1000 / (self.bytes / 1e6)
+        return per_mb(self.server_cpu_s, self.bytes / 1e6)
 
 
 def _header(api_key: int, version: int, correlation_id: int) -> Writer:
@@ -132,12 +119,12 @@ def _produce_request(correlation_id: int, batch: bytes) -> bytes:
 
 
 def _produce_error(frame: bytes) -> int:
-    """The one partition's error code in a v8 Produce response."""
-    p = 4 + 4 + 2 + len(PRODUCE_TOPIC) + 4  # correlation id, topics count, topic name, partitions count
-    return int(struct.unpack_from(">h", frame, p + 4)[0])
+    """The one partition's error code in a Produce response (the frame after its size)."""
+    answer = PRODUCE_RESPONSE.decode(Reader(frame, 4), PRODUCE_VERSION)  # 4: the correlation id
+    return int(answer["responses"][0]["partition_responses"][0]["error_code"])
 
 
-def produce_burst(bootstrap: str, pid: int, batch: bytes, requests: int) -> Burst:
+def produce_burst(bootstrap: str, pid: int, batch: bytes, requests: int) -> Requests:
     """``requests`` Produce requests of ``batch``, PRODUCE_IN_FLIGHT at a time on one socket."""
     host, port = bootstrap.rsplit(":", 1)
     frames = [_produce_request(i, batch) for i in range(requests)]
@@ -177,29 +164,24 @@ def produce_burst(bootstrap: str, pid: int, batch: bytes, requests: int) -> Burs
         cpu = cpu_seconds(pid) - cpu_before
     if failed:
         raise RuntimeError(f"{bootstrap}: sending failed") from failed[0]
-    return Burst(requests, requests * len(batch), seconds, latencies, cpu)
+    return Requests(requests, requests * len(batch), seconds, latencies, cpu)
 
 
 def _next_offset(frame: memoryview) -> int | None:
-    """The offset after the last whole batch of a v11 response for one partition; None when it has none."""
-    p = 4 + 4 + 2 + 4  # correlation id, throttle, error, session
-    p += 4
-    p += 2 + struct.unpack_from(">h", frame, p)[0]  # topics count, topic name
-    p += 4 + 4 + 2 + 8 + 8 + 8  # partitions count, index, error, high watermark, last stable, log start
-    aborted = struct.unpack_from(">i", frame, p)[0]
-    p += 4 + max(0, aborted) * 16 + 4  # aborted transactions, preferred read replica
-    end = p + 4 + struct.unpack_from(">i", frame, p)[0]
-    q, last = p + 4, None
-    while q + 12 <= end:
-        base, length = struct.unpack_from(">qi", frame, q)
-        if q + 12 + length > end:
-            break  # a partial batch: Kafka's slice may end inside one
-        last = base + struct.unpack_from(">i", frame, q + 23)[0]
-        q += 12 + length
-    return None if last is None else last + 1
+    """The offset after the last whole batch of a fetch response for one partition (the frame after
+    its size); None when it has none."""
+    answer = FETCH_RESPONSE.decode(Reader(frame, 4), FETCH_VERSION)  # 4: the correlation id
+    records = answer["responses"][0]["partitions"][0]["records"] or b""
+    pos, following = 0, None
+    while True:
+        try:
+            header = BatchHeader.parse(records, pos)
+        except (ShortBatchError, LengthPastEndError):
+            return following  # the end, or a partial batch: Kafka's slice may end inside one
+        following, pos = header.next_offset, pos + header.size
 
 
-def walk(bootstrap: str, pid: int, topic: str, end_offset: int, fetch_bytes: int) -> Walk:
+def walk(bootstrap: str, pid: int, topic: str, end_offset: int, fetch_bytes: int) -> Requests:
     host, port = bootstrap.rsplit(":", 1)
     latencies: list[float] = []
     total = 0
@@ -231,7 +213,7 @@ def walk(bootstrap: str, pid: int, topic: str, end_offset: int, fetch_bytes: int
             offset = following
     if offset < end_offset:
         raise RuntimeError(f"{bootstrap}: the walk reached offset {offset} of {end_offset} in {WALK_LIMIT_S:.0f} s")
-    return Walk(len(latencies), total, latencies, cpu_seconds(pid) - cpu_before)
+    return Requests(len(latencies), total, sum(latencies), latencies, cpu_seconds(pid) - cpu_before)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     case = ProducerCase("1", 100, None)
     records = args.mb * 1_000_000 // case.record_bytes
     batch = produce_batch()
-    walks: dict[str, list[Walk]] = {}
-    bursts: dict[str, list[Burst]] = {}
+    walks: dict[str, list[Requests]] = {}
+    bursts: dict[str, list[Requests]] = {}
     started = time.monotonic()
     try:
         broker = Broker(dist, work / "kafka", {"num.partitions": 1})
@@ -276,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     if r >= 0:
                         walks.setdefault(name, []).append(w)
                         bursts.setdefault(name, []).append(b)
-                    print(f"{label}: {name}: fetch: {w.fetches} fetches, median {_ms(w.latencies_s):.2f} ms, "
+                    print(f"{label}: {name}: fetch: {w.count} fetches, median {_ms(w.latencies_s):.2f} ms, "
                           f"{w.mb_per_s:.0f} MB/s, server CPU {w.cpu_ms_per_mb:.2f} ms/MB; produce: median "
                           f"{_ms(b.latencies_s):.2f} ms, {b.mb_per_s:.0f} MB/s, server CPU {b.cpu_ms_per_mb:.2f} ms/MB",
                           flush=True)
@@ -298,15 +280,15 @@ def _ms(latencies_s: list[float], q: float = 0.5) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def report(command: str, args: argparse.Namespace, version: str, batch_bytes: int, walks: dict[str, list[Walk]],
-           bursts: dict[str, list[Burst]], seconds: float) -> tuple[str, list[str]]:
-    def med(runs: list[Walk] | list[Burst], f: str) -> float:
+def report(command: str, args: argparse.Namespace, version: str, batch_bytes: int, walks: dict[str, list[Requests]],
+           bursts: dict[str, list[Requests]], seconds: float) -> tuple[str, list[str]]:
+    def med(runs: list[Requests], f: str) -> float:
         return float(statistics.median(getattr(x, f) for x in runs))
 
-    def med_ms(runs: list[Walk] | list[Burst], q: float = 0.5) -> float:
+    def med_ms(runs: list[Requests], q: float = 0.5) -> float:
         return statistics.median(_ms(x.latencies_s, q) for x in runs)
 
-    fetch_rows = [f"| {name} | {ws[0].fetches} | {med_ms(ws):.2f} | {med(ws, 'mb_per_s'):.0f} "
+    fetch_rows = [f"| {name} | {ws[0].count} | {med_ms(ws):.2f} | {med(ws, 'mb_per_s'):.0f} "
                   f"| {med(ws, 'cpu_ms_per_mb'):.2f} | " + ", ".join(f"{w.mb_per_s:.0f}" for w in ws) + " |"
                   for name, ws in walks.items()]
     produce_rows = [f"| {name} | {med_ms(bs):.2f} | {med_ms(bs, 0.99):.2f} | {med(bs, 'mb_per_s'):.0f} "
