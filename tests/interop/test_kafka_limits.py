@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from logkeeper.protocol import messages as m
+from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
 from tests.kafka_wire import WireClient, request_frame
 
@@ -223,3 +224,60 @@ def test_rss_stays_bounded_under_a_small_flood_of_partial_frames(tight: SidecarP
     good = WireClient(tight.kafka_bootstrap)
     assert answered(good)
     good.close()
+
+
+def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProcess) -> None:
+    """Regression: while a big fetch answer waited for the client to read it (asyncio paused the
+    writes), the next request's bytes were read into the finished frame's released view; asyncio
+    found that an error and closed the connection, both answers lost."""
+    wire = WireClient(small.kafka_bootstrap)
+    now = int(time.time() * 1000)
+    for i in range(16):  # 8 MiB in "big": an answer past what the kernel's send buffer takes (4 MiB)
+        batch = build_batch([Record(j, now, None, bytes([i]) * 1000) for j in range(500)])
+        answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
+            {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+    wire.close()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the answer waits in the sidecar
+    host, port = small.kafka_bootstrap.rsplit(":", 1)
+    sock.connect((host, int(port)))
+    sock.settimeout(10)
+    fetch = request_frame(m.FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 16 * MIB, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                    "log_start_offset": -1, "partition_max_bytes": 16 * MIB}]}]}, 1)
+    sock.sendall(fetch)
+    time.sleep(0.3)  # the fetch is answered and its write paused before the next request comes
+    sock.sendall(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 2))
+    time.sleep(0.3)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    sizes = []
+    for correlation_id in (1, 2):
+        frame = _read_frame(sock)
+        assert frame is not None, f"the connection was closed before answer {correlation_id}"
+        assert struct.unpack(">i", frame[:4])[0] == correlation_id
+        sizes.append(len(frame))
+    sock.close()
+    assert sizes[0] > 7 * MIB
+
+
+def _read_frame(sock: socket.socket) -> bytearray | None:
+    """One frame's body, read into one buffer (WireClient's reads copy a big frame over and over)."""
+    head = _read_exactly(sock, 4)
+    return None if head is None else _read_exactly(sock, struct.unpack(">i", head)[0])
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytearray | None:
+    out = bytearray(n)
+    view, got = memoryview(out), 0
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:])
+        except ConnectionResetError:
+            return None
+        if k == 0:
+            return None
+        got += k
+    return out

@@ -5,6 +5,7 @@ listener addresses and security settings of the config."""
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from kafka.net.sasl.scram import SaslMechanismScram
 
 from logkeeper.errors import InvalidConfigError
-from logkeeper.protocol.memory_pool import MMAP_THRESHOLD, MemoryPool, allocate_frame, free_frame
+from logkeeper.protocol.memory_pool import MMAP_THRESHOLD, REUSE_MAX, FrameCache, MemoryPool
 from logkeeper.protocol.sasl import PlainServer, SaslFailure, ScramServer, UsersFile, server_for
 from logkeeper.server.config import config_from_document, parse_kafka_listener
 
@@ -63,17 +64,72 @@ def test_pool_cancelled_waiter_gives_way_and_never_leaks() -> None:
 
 
 def test_big_frames_are_mmaps_that_cost_nothing_until_written() -> None:
-    small, big = allocate_frame(100), allocate_frame(64 << 20)
-    assert isinstance(small, bytearray) and len(big) == 64 << 20 and not isinstance(big, bytearray)
-    assert MMAP_THRESHOLD <= 1 << 20
+    frames = FrameCache()
+    small, big = frames.frame(100), frames.frame(64 << 20)
+    assert isinstance(small.obj, bytearray) and len(small) == 100
+    assert isinstance(big.obj, mmap.mmap) and len(big) == 64 << 20
+    assert MMAP_THRESHOLD <= 1 << 20 < REUSE_MAX < 64 << 20
     rss = _rss()
     big[:4096] = b"x" * 4096
     assert _rss() - rss < 16 << 20  # an anonymous mapping: only written pages are resident
-    view = memoryview(big)
-    free_frame(big)  # a live view: left to the collector, no error
-    view.release()
-    free_frame(big)
-    free_frame(small)
+    mapping = big.obj
+    kept = big[:10]  # a view alive elsewhere: not unmapped under it
+    frames.release(big)
+    assert not mapping.closed and bytes(kept) == b"x" * 10 and frames.kept_bytes == 0  # too big to keep
+    kept.release()
+    frames.release(small)
+
+
+def test_a_released_frame_is_reused_for_the_next_of_its_size_and_sliced_to_it() -> None:
+    frames = FrameCache()
+    first = frames.frame((1 << 20) + 100)  # a 1 MiB batch and its request's header
+    mapping = first.obj
+    assert len(mapping) == 2 << 20 and len(first) == (1 << 20) + 100
+    first[:] = b"a" * len(first)
+    frames.release(first)
+    assert frames.kept_bytes == 2 << 20
+    second = frames.frame(1 << 20 | 1)
+    assert second.obj is mapping and frames.reused == 1 and frames.kept_bytes == 0
+    assert len(second) == (1 << 20) + 1  # the earlier request's bytes past it are out of reach
+    frames.release(second)
+    frames.clear()
+    assert mapping.closed and frames.kept_bytes == 0
+
+
+def test_a_frame_still_viewed_is_never_reused() -> None:
+    frames = FrameCache()
+    frame = frames.frame(1 << 20)
+    records = frame[100:200]  # e.g. a handler that kept a slice of the request
+    mapping = frame.obj
+    frames.release(frame)
+    assert frames.kept_bytes == 0 and not mapping.closed
+    again = frames.frame(1 << 20)
+    assert again.obj is not mapping  # a fresh mapping: the kept slice's bytes cannot change
+    again[100:200] = b"z" * 100
+    assert bytes(records) != b"z" * 100
+    records.release()
+    frames.release(again)
+
+
+def test_kept_frames_are_unmapped_when_not_used_between_two_trims() -> None:
+    frames = FrameCache()
+    frames.release(frames.frame(1 << 20))
+    frames.trim()  # one was taken since the last trim: kept
+    assert frames.kept_bytes == 1 << 20
+    frames.release(frames.frame(1 << 20))
+    frames.trim()
+    assert frames.kept_bytes == 1 << 20
+    frames.trim()  # none taken since: unmapped
+    assert frames.kept_bytes == 0
+
+
+def test_kept_frames_are_bounded() -> None:
+    frames = FrameCache(keep_bytes=4 << 20)
+    views = [frames.frame(1 << 20) for _ in range(6)]
+    for v in views:
+        frames.release(v)
+    assert frames.kept_bytes == 4 << 20  # four of the six; the rest unmapped
+    frames.clear()
 
 
 def _rss() -> int:

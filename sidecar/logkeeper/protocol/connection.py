@@ -12,9 +12,10 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
 2. the size is taken from the listener's memory pool (memory_pool.py,
    ``kafka.queued.max.request.bytes``); while it does not fit the socket is not read
    (backpressure: the client waits in TCP);
-3. the frame's buffer is allocated (an anonymous mmap for big frames: its pages exist only as
-   bytes arrive) and filled from the socket; bytes past it (a pipelined next request) are read
-   ahead into a spill of at most 8 KiB, then the socket is paused (the connection is muted
+3. the frame's buffer is taken from the listener's FrameCache (memory_pool.py: an anonymous mmap
+   for big frames, whose pages exist only as bytes arrive, reused for the next frames) and filled
+   from the socket; bytes past it (a pipelined next request, or one sent while the answer is
+   written) are read ahead into a spill of at most 8 KiB, then the socket is paused (the connection is muted
    while its request is handled, as Kafka does, so requests are answered in order). Pausing only
    then spares two epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import ssl
 import time
 from collections import Counter
@@ -57,7 +57,7 @@ from . import error_codes as ec
 from . import messages as m
 from .context import BrokerContext
 from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
-from .memory_pool import MemoryPool, allocate_frame, free_frame
+from .memory_pool import FrameCache, MemoryPool
 from .primitives import MalformedError
 from .sasl import Mechanism, SaslFailure, UsersFile, server_for
 from .tls import ServerTls
@@ -75,6 +75,7 @@ SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the sock
 # at once, so no connection needs its own (one each made a flood of connections cost far more
 # memory: bench/results/design_figures.md: connection, scratch buffer).
 _SCRATCH = memoryview(bytearray(SPILL_CHUNK))
+_EMPTY = memoryview(b"")  # the target between a finished frame and the next size: bytes read then spill
 SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is broken: close
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
 
@@ -119,6 +120,7 @@ class ConnectionHost(Protocol):
 
     settings: SidecarSettings
     memory: MemoryPool
+    frames: FrameCache
     stats: Counter[str]
     stopping: bool
     ctx: BrokerContext | None
@@ -312,33 +314,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 await pool.acquire(size)
         finally:
             self.busy = False
-        buf: bytearray | mmap.mmap | None = None
         response: bytes | bytearray | None = None
         closing: CloseConnection | None = None
+        view: memoryview | None = None
         try:
-            buf = allocate_frame(size)
-            view = memoryview(buf)
+            view = listener.frames.frame(size)
+            self._target(view)
+            if not await self._fill():
+                if not self._closed_by_listener():
+                    log.warning("kafka: connection from %s closed inside a frame", self.peer_host)
+                return False
+            self.busy = True
             try:
-                self._target(view)
-                if not await self._fill():
-                    if not self._closed_by_listener():
-                        log.warning("kafka: connection from %s closed inside a frame", self.peer_host)
-                    return False
-                self.busy = True
-                try:
-                    response = await self._handle(view)
-                except CloseConnection as e:
-                    closing = e
-                except MalformedError as e:
-                    self._log_malformed(view, e)
-                    return False
-            finally:
-                view.release()
+                response = await self._handle(view)
+            except CloseConnection as e:
+                closing = e
+            except MalformedError as e:
+                self._log_malformed(view, e)
+                return False
         finally:
             # the frame's memory goes back before the answer is written: a client that does not read
             # its answers holds no pool memory, and is not busy (it goes idle and is closed)
             self.busy = False
-            free_frame(buf)
+            if view is not None:
+                self._view = _EMPTY  # the socket's next bytes spill until the next frame is targeted
+                listener.frames.release(view)
             pool.release(size)
         if closing is not None:
             if closing.response is not None:

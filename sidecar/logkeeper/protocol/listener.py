@@ -52,7 +52,7 @@ from .connection import CloseConnection, Endpoint, KafkaConnection
 from .context import AppendNotifier, BrokerContext, Connection
 from .framing import parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
-from .memory_pool import MemoryPool
+from .memory_pool import FrameCache, MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
 from .sasl import UsersFile
 from .tls import ServerTls
@@ -122,6 +122,7 @@ class KafkaListener:
         self.addresses: list[tuple[str, int]] = []
         self.connections: set[KafkaConnection] = set()
         self.memory = MemoryPool(settings.kafka_queued_max_request_bytes)
+        self.frames = FrameCache()  # the buffers of the frames the pool's bytes are claimed for
         self.users: UsersFile | None = None
         self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures
         self.stopping = False
@@ -224,11 +225,13 @@ class KafkaListener:
             raise CloseConnection(str(e)) from None
 
     async def _sweep(self) -> None:
-        """Close idle connections (connections.max.idle.ms) and ones that did not authenticate in time."""
+        """Close idle connections (connections.max.idle.ms) and ones that did not authenticate in time;
+        unmap the frames kept for reuse when none was used since the last round."""
         idle_s = self.settings.kafka_connections_max_idle_ms / 1000.0
         period = min(max(idle_s / 10, 0.05), 5.0)
         while True:
             await asyncio.sleep(period)
+            self.frames.trim()
             now = time.monotonic()
             for conn in list(self.connections):
                 why = conn.is_idle(now, idle_s)
@@ -257,5 +260,6 @@ class KafkaListener:
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
             except (TimeoutError, RuntimeError):
                 pass
+        self.frames.clear()
         if self.ctx is not None and self.ctx.coordinator is not None:
             await self.ctx.coordinator.stop()

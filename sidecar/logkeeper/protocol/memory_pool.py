@@ -13,8 +13,15 @@ makes every valid frame fit in an empty pool, so waiting always ends.
 
 Frame buffers: a frame of ``MMAP_THRESHOLD`` bytes or more lives in an anonymous mmap, whose
 pages become resident only as the client's bytes arrive (a claimed size costs nothing until it
-is sent) and go back to the kernel when the frame is closed, so big requests leave no heap
-behind them; smaller ones are plain bytearrays.
+is sent) and go back to the kernel when the frame is unmapped, so big requests leave no heap
+behind them; smaller ones are plain bytearrays. Mappings are made in sizes of powers of two, and
+those of up to ``REUSE_MAX`` are kept, ``REUSE_BYTES`` in all, for the next frames of their size
+(and unmapped once no such frame was asked for in a few seconds):
+a producer's stream of 1 MiB requests then writes into pages already resident instead of
+faulting in 256 fresh ones a MiB (on a VM the faults, not the copy, were the frame's cost; see
+bench/bench_kafka_raw.py). A mapping is kept only when no view of it is alive, so a reused frame
+never changes bytes someone still reads; a frame is sliced to its size, so the bytes of an
+earlier request past it are never read.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import mmap
 from collections import deque
 
 MMAP_THRESHOLD = 256 * 1024
+REUSE_MAX = 4 << 20  # frames up to this size are reused: a producer's batches (1 MiB at most by default)
+REUSE_BYTES = 16 << 20  # mapped bytes kept for reuse, per listener: at most this much stays resident unused
+
 
 
 class MemoryPool:
@@ -93,17 +103,77 @@ class MemoryPool:
             raise ValueError(f"{size} bytes can never fit in a pool of {self.capacity}")
 
 
-def allocate_frame(size: int) -> bytearray | mmap.mmap:
-    """A writable buffer of ``size`` bytes for one frame (see the module docstring)."""
-    if size >= MMAP_THRESHOLD:
-        return mmap.mmap(-1, size)
-    return bytearray(size)
+def _unmap(buf: mmap.mmap) -> None:
+    """Unmap at once; a view still alive somewhere leaves it to the collector."""
+    try:
+        buf.close()
+    except BufferError:
+        pass
 
 
-def free_frame(buf: bytearray | mmap.mmap | None) -> None:
-    """Give an mmap'd frame back at once; a view still alive somewhere leaves it to the collector."""
-    if isinstance(buf, mmap.mmap):
-        try:
-            buf.close()
-        except BufferError:
-            pass
+def _unexported(m: mmap.mmap) -> bool:
+    """True when no buffer (memoryview, numpy array...) of ``m`` is alive: CPython refuses to resize
+    a mapping with exports, and resizing to its own length changes nothing else."""
+    try:
+        m.resize(len(m))
+    except (BufferError, OSError, SystemError, ValueError):  # exported; or no mremap here: not reused
+        return False
+    return True
+
+
+class FrameCache:
+    """Frames of one listener, their mappings reused (see the module docstring). Used from the
+    listener's event loop only."""
+
+    def __init__(self, keep_bytes: int = REUSE_BYTES) -> None:
+        self.keep_bytes = keep_bytes
+        self.kept_bytes = 0
+        self._kept: dict[int, list[mmap.mmap]] = {}
+        self.reused = 0
+        self._taken_since_trim = False
+
+    def frame(self, size: int) -> memoryview:
+        """A writable view of ``size`` bytes; give its buffer back with ``release``."""
+        if size < MMAP_THRESHOLD:
+            return memoryview(bytearray(size))
+        mapped = 1 << (size - 1).bit_length()  # the power of two it is kept and found by
+        if mapped > REUSE_MAX:
+            return memoryview(mmap.mmap(-1, size))
+        self._taken_since_trim = True
+        kept = self._kept.get(mapped)
+        if kept:
+            m = kept.pop()
+            self.kept_bytes -= mapped
+            self.reused += 1
+        else:
+            m = mmap.mmap(-1, mapped)
+        return memoryview(m)[:size]
+
+    def release(self, view: memoryview) -> None:
+        """Done with a frame from ``frame``: its view is released, its mapping kept or unmapped."""
+        buf = view.obj
+        view.release()
+        if not isinstance(buf, mmap.mmap):
+            return
+        size = len(buf)
+        if (size <= REUSE_MAX and size & (size - 1) == 0 and self.kept_bytes + size <= self.keep_bytes
+                and _unexported(buf)):
+            self._kept.setdefault(size, []).append(buf)
+            self.kept_bytes += size
+        else:
+            _unmap(buf)
+
+    def trim(self) -> None:
+        """Unmap the kept frames when none was taken since the last call (the listener calls it every
+        few seconds): a sidecar at rest keeps no frame memory resident."""
+        if not self._taken_since_trim:
+            self.clear()
+        self._taken_since_trim = False
+
+    def clear(self) -> None:
+        """Unmap every kept frame."""
+        for kept in self._kept.values():
+            for m in kept:
+                _unmap(m)
+        self._kept.clear()
+        self.kept_bytes = 0

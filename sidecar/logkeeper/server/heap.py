@@ -16,8 +16,8 @@ the heap (reused, their pages already resident) and up to TRIM_THRESHOLD of free
 the top of each heap arena. That is the memory the process may keep beyond what it uses, per
 arena of a thread that allocates such buffers (the event loop's and the io pool's); larger
 buffers are still mmaps of their own, returned to the kernel when freed. Request frames do not go
-through this (memory_pool.allocate_frame maps big frames itself, so a claimed size costs nothing
-until its bytes arrive).
+through this (memory_pool.FrameCache maps big frames itself, so a claimed size costs nothing until
+its bytes arrive, and keeps a few mappings for reuse).
 
 Only glibc has these knobs; elsewhere (musl) nothing is done. A user's own GLIBC_TUNABLES or
 MALLOC_*_ variables win: the allocator read them at start and nothing is changed then."""
