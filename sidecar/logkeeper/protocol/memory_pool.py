@@ -14,14 +14,17 @@ makes every valid frame fit in an empty pool, so waiting always ends.
 Frame buffers: a frame of ``MMAP_THRESHOLD`` bytes or more lives in an anonymous mmap, whose
 pages become resident only as the client's bytes arrive (a claimed size costs nothing until it
 is sent) and go back to the kernel when the frame is unmapped, so big requests leave no heap
-behind them; smaller ones are plain bytearrays. Mappings are made in sizes of powers of two, and
-those of up to ``REUSE_MAX`` are kept, ``REUSE_BYTES`` in all, for the next frames of their size
-(and unmapped once no such frame was asked for in a few seconds):
-a producer's stream of 1 MiB requests then writes into pages already resident instead of
-faulting in 256 fresh ones a MiB (on a VM the faults, not the copy, were the frame's cost; see
-bench/bench_kafka_raw.py). A mapping is kept only when no view of it is alive, so a reused frame
-never changes bytes someone still reads; a frame is sliced to its size, so the bytes of an
-earlier request past it are never read.
+behind them; smaller ones are plain bytearrays.
+
+Mappings of up to ``REUSE_MAX`` are made in sizes of powers of two and kept, ``REUSE_BYTES`` in
+all, for the next frames of their size, until no such frame was asked for in a few seconds
+(FrameCache.trim): a producer's stream of 1 MiB requests then writes into pages already resident
+instead of faulting in 256 fresh ones a MiB (on a VM the faults, not the copy, were the frame's
+cost: bench/results/design_figures.md, request frames). A mapping is kept only when no view of it
+is alive, so a reused frame never changes bytes someone still reads; a frame is sliced to its
+size, so the bytes of an earlier request past it are never read. What is resident stays under
+twice the pool's count (a reused mapping may hold pages past a smaller frame; its power of two
+is less than twice the frame) plus the ``REUSE_BYTES`` kept.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from collections import deque
 MMAP_THRESHOLD = 256 * 1024
 REUSE_MAX = 4 << 20  # frames up to this size are reused: a producer's batches (1 MiB at most by default)
 REUSE_BYTES = 16 << 20  # mapped bytes kept for reuse, per listener: at most this much stays resident unused
-
 
 
 class MemoryPool:
