@@ -230,10 +230,13 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     """Regression: while a big fetch answer waited for the client to read it (asyncio paused the
     writes), the next request's bytes were read into the finished frame's released view; asyncio
     found that an error and closed the connection, both answers lost."""
+    # an answer twice what the kernel's send buffer may take (tcp_wmem's maximum, 4 MiB by default),
+    # so that asyncio holds the rest and pauses the writes
+    answer_bytes = max(8 * MIB, 2 * int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]))
     wire = WireClient(small.kafka_bootstrap)
     now = int(time.time() * 1000)
-    for i in range(16):  # 8 MiB in "big": an answer past what the kernel's send buffer takes (4 MiB)
-        batch = build_batch([Record(j, now, None, bytes([i]) * 1000) for j in range(500)])
+    for i in range(answer_bytes // (500 * 1000) + 1):
+        batch = build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
         answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
             {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
         assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
@@ -243,11 +246,12 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     host, port = small.kafka_bootstrap.rsplit(":", 1)
     sock.connect((host, int(port)))
     sock.settimeout(10)
+    limit = 2 * answer_bytes
     fetch = request_frame(m.FETCH, 11, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 16 * MIB, "isolation_level": 0,
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": limit, "isolation_level": 0,
         "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
         "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                                                    "log_start_offset": -1, "partition_max_bytes": 16 * MIB}]}]}, 1)
+                                                    "log_start_offset": -1, "partition_max_bytes": limit}]}]}, 1)
     sock.sendall(fetch)
     time.sleep(0.3)  # the fetch is answered and its write paused before the next request comes
     sock.sendall(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 2))
@@ -260,7 +264,7 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
         assert struct.unpack(">i", frame[:4])[0] == correlation_id
         sizes.append(len(frame))
     sock.close()
-    assert sizes[0] > 7 * MIB
+    assert sizes[0] > answer_bytes
 
 
 def _read_frame(sock: socket.socket) -> bytearray | None:
