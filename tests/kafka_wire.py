@@ -44,16 +44,17 @@ class WireClient:
         return self._read(struct.unpack(">i", head)[0])
 
     def _read(self, n: int) -> bytes | None:
-        out = b""
-        while len(out) < n:
+        out = bytearray(n)  # filled in place: a big frame is not copied once per chunk
+        view, got = memoryview(out), 0
+        while got < n:
             try:
-                chunk = self.sock.recv(n - len(out))
+                k = self.sock.recv_into(view[got:])
             except ConnectionResetError:
                 return None
-            if not chunk:
+            if k == 0:
                 return None
-            out += chunk
-        return out
+            got += k
+        return bytes(out)
 
     def is_closed_by_server(self) -> bool:
         return self.read_frame() is None

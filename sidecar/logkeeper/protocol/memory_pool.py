@@ -158,8 +158,8 @@ class FrameCache:
         if not isinstance(buf, mmap.mmap):
             return
         size = len(buf)
-        if (size <= REUSE_MAX and size & (size - 1) == 0 and self.kept_bytes + size <= self.keep_bytes
-                and _unexported(buf)):
+        # frame() maps every size up to REUSE_MAX as a power of two: those are the ones kept
+        if size <= REUSE_MAX and self.kept_bytes + size <= self.keep_bytes and _unexported(buf):
             self._kept.setdefault(size, []).append(buf)
             self.kept_bytes += size
         else:
