@@ -10,19 +10,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from logkeeper.cleaner.txn import collect_aborted
 from logkeeper.errors import KafkaStorageError, OutOfOrderSequenceError
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
+from logkeeper.log.producer_state import end_txn_marker_of
 from logkeeper.log.scheduler import Scheduler
-from logkeeper.records.builder import Record, build_batch
-from logkeeper.records.reader import read_records
+from logkeeper.records.builder import Record, build_batch, build_marker_batch
+from logkeeper.records.control import ControlType
+from logkeeper.records.reader import iter_batches, read_records
 from logkeeper.tools.verify import verify_path
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
               TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0),
-              TopicPartition("cuti", 0)]
-NO_RETENTION = {2, 3, 4, 5, 6}  # indexes of PARTITIONS whose log start must stay 0
+              TopicPartition("cuti", 0), TopicPartition("cutt", 0)]
+NO_RETENTION = {2, 3, 4, 5, 6, 7}  # indexes of PARTITIONS whose log start must stay 0
 COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
 # deleted (LogManager.delete_log) and created again now and then: once a deletion returned, no
 # record of the deleted log may come back, and the new log starts from offset 0
@@ -30,6 +35,12 @@ DELETED_TOPIC = 5
 # written by idempotent producers (a producer id a writer, sequences from 0): a retry of a
 # promised batch after the cut must not be appended again (its producer's state survived)
 IDEMPOTENT = 6
+# written in transactions (a producer id a writer): data batches, then a COMMIT or ABORT marker;
+# once a marker's append returned, the outcome is promised: the marker is in the log, an aborted
+# transaction is in the transaction index (a read_committed consumer skips its records), and the
+# recovered producer state holds open exactly the transactions the log leaves open (their first
+# offset bounds the last stable offset)
+TRANSACTIONAL = 7
 KEYS = 17
 TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutfm": {"flush.messages": 1, "retention.bytes": -1},
@@ -37,6 +48,7 @@ TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutc": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01},
     "cutd": {"flush.messages": 1, "retention.bytes": -1},
     "cuti": {"flush.messages": 1, "retention.bytes": -1},
+    "cutt": {"flush.messages": 1, "retention.bytes": -1},
 }
 CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
                  "log.cleaner.io.buffer.size": 64 * 1024}
@@ -106,6 +118,10 @@ class Figures:
     deleted_records_back: int = 0
     retries: int = 0  # promised idempotent batches sent again after the cut
     retries_appended: int = 0  # ... and appended a second time (a duplicate: a loss of producer state)
+    markers_checked: int = 0  # promised transaction markers found in the recovered log as promised
+    markers_lost: int = 0  # ... or not
+    open_transactions: int = 0  # transactions the recovered logs left open (each checked against the state)
+    transaction_state_wrong: int = 0  # recovered states (index, open transactions) that disagree with the log
     undone_dir_changes: int = 0
     fsyncs: int = 0
     dir_fsyncs: int = 0
@@ -127,6 +143,8 @@ class Expected:
     deleted_below: dict[int, int] = field(default_factory=dict)
     # IDEMPOTENT's producer id -> its last promised batch: (base offset, base sequence, records)
     batches: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # TRANSACTIONAL's promised markers: offset -> (producer id, the transaction's first offset, aborted)
+    txns: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
 
     def forget(self, i: int) -> None:
         """The log of partition ``i`` is being deleted: its promises no longer hold (a cut may
@@ -136,6 +154,8 @@ class Expected:
             for key in [k for k in table if k[0] == i]:
                 del table[key]
         self.gaps = {k for k in self.gaps if k[0] != i}
+        if i == TRANSACTIONAL:
+            self.txns.clear()
 
     def deleted(self, i: int, next_writer: int) -> None:
         """The deletion of partition ``i``'s log returned; ``next_writer`` writes its new log."""
@@ -188,8 +208,9 @@ def read_from(m: LogManager, tp: TopicPartition, offset: int) -> tuple[list[Any]
 
 
 def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
-                     problems: list[str]) -> None:
-    """Every offset from the log start up to the promise is there (except gaps no promise covered)."""
+                     problems: list[str], markers: frozenset[int] = frozenset()) -> None:
+    """Every offset from the log start up to the promise is there (except gaps no promise covered);
+    ``markers``: offsets of transaction markers, there but holding no written value."""
     tp = PARTITIONS[i]
     lg = m.get_log(tp)
     assert lg is not None
@@ -216,9 +237,11 @@ def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figur
             if rec.offset != offset:
                 problems.append(f"{tp} offset {offset} missing (the next record is {rec.offset})")
                 figures.records_lost += 1
+            offset = rec.offset + 1
+            if rec.offset in markers:
+                continue  # check_transactions checks it
             figures.records_checked += 1
             figures.records_lost += not check_record(i, rec, expected, problems)
-            offset = rec.offset + 1
         offset = max(offset, records[-1].offset + 1)
 
 
@@ -298,6 +321,92 @@ def idempotent_batch(base_offset: int, producer_id: int, base_sequence: int, cou
                        base_sequence=base_sequence)
 
 
+def transactional_batch(base_offset: int, producer_id: int, base_sequence: int, count: int) -> bytes:
+    """TRANSACTIONAL's data batch: ``idempotent_batch``'s, in a transaction."""
+    now = int(time.time() * 1000)
+    return build_batch([Record(base_offset + k, now, None, value_of(base_offset + k, producer_id, 1))
+                        for k in range(count)], producer_id=producer_id, producer_epoch=0,
+                       base_sequence=base_sequence, is_transactional=True)
+
+
+def marker_batch(offset: int, producer_id: int, aborted: bool) -> bytes:
+    """The marker ending producer ``producer_id``'s transaction at ``offset`` (appended as the
+    transaction coordinator's WriteTxnMarkers does: at its own offset, ``assign_offsets=False``)."""
+    return build_marker_batch(ControlType.ABORT if aborted else ControlType.COMMIT, offset=offset,
+                              timestamp=int(time.time() * 1000), producer_id=producer_id, producer_epoch=0)
+
+
+def scan_transactions(m: LogManager, tp: TopicPartition) -> tuple[dict[int, tuple[int, bool]], dict[int, int],
+                                                                   set[tuple[int, int, int]]]:
+    """What ``tp``'s log itself says, batch by batch from its start: its markers (offset ->
+    (producer id, aborted)), the transactions it leaves open (producer id -> first offset) and the
+    aborted ones (producer id, first offset, marker offset). Stops at an unreadable offset (the
+    contiguity check names it)."""
+    lg = m.get_log(tp)
+    assert lg is not None
+    markers: dict[int, tuple[int, bool]] = {}
+    ongoing: dict[int, int] = {}
+    aborted: set[tuple[int, int, int]] = set()
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        try:
+            data = m.read(tp, offset, 1 << 20).records
+        except Exception:  # named by check_contiguous
+            break
+        if not data:
+            break
+        for batch in iter_batches(np.frombuffer(data, dtype=np.uint8)):
+            h = batch.header
+            offset = h.base_offset + h.last_offset_delta + 1
+            if not h.is_transactional:
+                continue
+            if not h.is_control:
+                ongoing.setdefault(h.producer_id, h.base_offset)
+                continue
+            marker = end_txn_marker_of(memoryview(data)[batch.position:], h)
+            is_abort = marker is not None and marker.control_type == ControlType.ABORT
+            markers[h.base_offset] = (h.producer_id, is_abort)
+            first = ongoing.pop(h.producer_id, None)
+            if first is not None and is_abort:
+                aborted.add((h.producer_id, first, h.base_offset))
+    return markers, ongoing, aborted
+
+
+def check_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
+                       problems: list[str]) -> None:
+    """TRANSACTIONAL's records as ``check_contiguous``'s; each promised marker is in the log as
+    promised; and what recovery rebuilt agrees with the log: the transaction index lists exactly
+    the aborted transactions (a read_committed consumer skips by it), and the producer state holds
+    open exactly the transactions without a marker (the last stable offset is the first of them)."""
+    tp = PARTITIONS[i]
+    lg = m.get_log(tp)
+    assert lg is not None
+    markers, ongoing, aborted = scan_transactions(m, tp)
+    check_contiguous(m, i, want, expected, figures, problems, frozenset(markers))
+    for offset, (pid, first, is_abort) in sorted(expected.txns.items()):
+        if markers.get(offset) == (pid, is_abort) and (not is_abort or (pid, first, offset) in aborted):
+            figures.markers_checked += 1
+            continue
+        figures.markers_lost += 1
+        problems.append(f"{tp}: the {'ABORT' if is_abort else 'COMMIT'} marker of producer {pid}'s transaction "
+                        f"from {first}, promised at {offset}, is not there (the log has {markers.get(offset)})")
+    indexed = {(t.producer_id, t.first_offset, t.last_offset)
+               for t in collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)}
+    figures.open_transactions += len(ongoing)
+    wrong = []
+    if indexed != aborted:
+        wrong.append(f"its transaction indexes list aborted transactions {sorted(indexed - aborted)} that the log "
+                     f"does not hold and miss {sorted(aborted - indexed)} (producer id, first offset, marker)")
+    if lg.producer_state.ongoing != ongoing:
+        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
+                     "(producer id: first offset)")
+    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
+        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
+    if wrong:
+        figures.transaction_state_wrong += 1
+        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
+
+
 def check_retries(m: LogManager, expected: Expected, figures: Figures, problems: list[str]) -> None:
     """Send each producer's last promised batch again, as a client does when the power cut took
     its answer: it must be answered as a duplicate with its offsets, or refused as out of order when
@@ -350,7 +459,7 @@ def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: s
                 problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
             if i in NO_RETENTION and lg.log_start_offset != 0:
                 problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
-            check = check_compacted if i == COMPACTED else check_contiguous
+            check = {COMPACTED: check_compacted, TRANSACTIONAL: check_transactions}.get(i, check_contiguous)
             check(m, i, want, expected, figures, problems)
             check_no_deleted_records(m, i, expected, figures, problems)
         for d in dirs:

@@ -25,8 +25,17 @@ durability contract there (the README's "Durability contract"):
   each writer): its records are promised as ``cutfm``'s, and after the cut each producer's last
   promised batch is sent again, as a client retries a request whose answer the cut took: it must
   not be appended twice (the producer state survived the cut: snapshots, or the log scanned);
+- ``cutt`` (flush.messages=1, no retention), written in transactions (a producer id for each
+  writer; COMMIT or ABORT markers appended as a transaction coordinator writes them): its records
+  are promised as ``cutfm``'s, and each marker once its append returned. After the cut every
+  promised marker is there as promised, and what recovery rebuilt agrees with the log: the
+  transaction index lists exactly its aborted transactions (a read_committed consumer skips their
+  records by it) and the producer state holds open exactly those without a marker (the last
+  stable offset is the first of them). A child aborts the transactions earlier writers left open,
+  as a coordinator aborts a dead producer's;
 - every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
-  start again in the same process: the next start trusts the clean-shutdown marker).
+  start again in the same process: the next start trusts the clean-shutdown marker; half the
+  time after a pause, as a stopped sidecar waits, so that cuts land there too).
 
 The child sends each promise through a pipe right after the call returned; the parent drains
 the pipe BEFORE it cuts, so only promises made before the cut count. For every partition the
@@ -85,12 +94,15 @@ from tests.crash.powercut_checks import (
     DELETED_TOPIC,
     IDEMPOTENT,
     PARTITIONS,
+    TRANSACTIONAL,
     Expected,
     Figures,
     check_image,
     idempotent_batch,
     key_of,
+    marker_batch,
     open_manager,
+    transactional_batch,
     value_of,
 )
 
@@ -101,6 +113,7 @@ MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< 
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
 DELETING, DELETED = 3, 4  # (0, 0) before delete_log, (the new log's writer, 0) after it returned
 BATCH = 5  # an IDEMPOTENT promise: (base offset, producer id << 24 | base sequence << 3 | records)
+MARKER = 6  # a TRANSACTIONAL marker's promise: (its offset, first offset << 24 | producer id << 1 | aborted)
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
 # DELETED_TOPIC's writer ids are the writer's times this, plus the deletions it made: they grow
 # with every deletion, so a record of a deleted log is told apart from the new log's
@@ -147,6 +160,14 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         reported_ms = 0
         deletions = 0
         sequence = 0  # the next sequence of this writer's idempotent producer
+        txn_sequence = 0  # ... of its transactional producer
+        txn_first = None  # the first offset of its open transaction
+        # transactions an earlier writer left open are aborted, as a transaction coordinator
+        # aborts a dead producer's when it times out; until then they hold the last stable offset
+        for pid, first in sorted(logs[TRANSACTIONAL].producer_state.ongoing.items()):
+            info = m.append(PARTITIONS[TRANSACTIONAL], marker_batch(logs[TRANSACTIONAL].log_end_offset, pid, True),
+                            assign_offsets=False)
+            os.write(out_fd, MSG.pack(MARKER, TRANSACTIONAL, info.first_offset, first << 24 | pid << 1 | 1))
         appends = rng.randint(20, 400) if rng.random() < 0.3 else 1 << 62
         for _ in range(appends):
             i = rng.randrange(len(PARTITIONS))
@@ -166,6 +187,18 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
                 os.write(out_fd, MSG.pack(BATCH, i, info.first_offset, writer << 24 | sequence << 3 | n))
                 sequence += n
                 continue
+            if i == TRANSACTIONAL:  # flush.messages=1: a promise as each append returns
+                if txn_first is not None and rng.random() < 0.3:
+                    aborted = rng.random() < 0.5
+                    info = m.append(PARTITIONS[i], marker_batch(leo, writer, aborted), assign_offsets=False)
+                    os.write(out_fd, MSG.pack(MARKER, i, info.first_offset, txn_first << 24 | writer << 1 | aborted))
+                    txn_first = None
+                    continue
+                info = m.append(PARTITIONS[i], transactional_batch(leo, writer, txn_sequence, n))
+                os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, writer))
+                txn_sequence += n
+                txn_first = info.first_offset if txn_first is None else txn_first
+                continue
             data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, author, rng.randint(1, 5)))
                                 for k in range(n)])
             info = m.append(PARTITIONS[i], data)
@@ -180,6 +213,8 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         m.shutdown()
         for i, lg in enumerate(logs):
             os.write(out_fd, MSG.pack(PROMISE, i, lg.log_end_offset, author_of(i, writer, deletions)))
+        if rng.random() < 0.5:  # a stopped sidecar: the next start trusts what the clean shutdown left
+            time.sleep(rng.uniform(0.0, 0.2))
     time.sleep(3600)  # the cut comes
 
 
@@ -306,6 +341,7 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
         figures.dir_fsyncs += cut["fsyncdir"]
         # in order: a clean restart inside the child sends its segments and start again
         starts: dict[int, int] = {}
+        writers: dict[int, int] = {}  # partition -> the writer of its last start (it makes the promises)
         found: dict[int, list[tuple[int, int]]] = {}
         promises = 0
         for kind, i, a, b in messages:
@@ -315,13 +351,18 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
                     found[i] = []
                 found.setdefault(i, []).append((a, b))
             elif kind == START:
-                starts[i] = a
+                starts[i], writers[i] = a, b
             elif kind == DELETING:  # a cut from here on may keep the log or not
                 expected.forget(i)
             elif kind == DELETED:  # delete_log returned: the new log starts empty, at offset 0
                 expected.deleted(i, a)
                 starts[i], found[i] = 0, []
                 figures.deletions += 1
+            elif kind == MARKER:
+                first, pid, aborted = b >> 24, b >> 1 & ((1 << 23) - 1), bool(b & 1)
+                expected.txns[a] = (pid, first, aborted)
+                promises += 1
+                expected.add(i, a + 1, writers[i], starts[i], found.get(i, []))
             elif kind == BATCH:
                 pid, seq, count = b >> 24, b >> 3 & ((1 << 21) - 1), b & 7
                 expected.batches[pid] = (a, seq, count)
@@ -349,6 +390,9 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
            f"({figures.superseded_after_promise} compacted away by records written after the promise); "
            f"{figures.deletions} log deletions promised, {figures.deleted_records_back} deleted logs back; "
            f"{figures.retries} promised idempotent batches sent again, {figures.retries_appended} appended twice; "
+           f"{figures.markers_checked} promised transaction markers found, {figures.markers_lost} lost, "
+           f"{figures.open_transactions} open transactions recovered, {figures.transaction_state_wrong} "
+           "recovered transaction states wrong; "
            f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "
            f"directory changes; {figures.fsyncs} fsyncs and {figures.dir_fsyncs} directory fsyncs seen")
     assert figures.productive >= max(1, CUTS // 4), (

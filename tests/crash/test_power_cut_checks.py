@@ -24,6 +24,7 @@ from tests.crash.powercut_checks import (
     KEYS,
     PARTITIONS,
     TOPIC_PROPS,
+    TRANSACTIONAL,
     Expected,
     Figures,
     check_compacted,
@@ -31,10 +32,13 @@ from tests.crash.powercut_checks import (
     check_image,
     check_no_deleted_records,
     check_retries,
+    check_transactions,
     idempotent_batch,
     key_of,
     manager_props,
+    marker_batch,
     open_manager,
+    transactional_batch,
     value_of,
 )
 
@@ -161,7 +165,8 @@ def test_children_start_with_the_topics_overrides_in_place(tmp_path: Path, monke
     monkeypatch.setattr(LogManager, "startup", startup)
     m = open_manager([tmp_path / "d0", tmp_path / "d1"], Scheduler())
     m.shutdown()
-    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1, "cuti": -1}
+    assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1, "cuti": -1,
+                    "cutt": -1}
 
 
 def test_a_record_of_a_deleted_log_is_caught_wherever_it_is(tmp_path: Path) -> None:
@@ -251,5 +256,51 @@ def test_a_retry_of_a_promised_idempotent_batch_must_not_be_appended_twice(tmp_p
         assert figures.retries_appended == 1
         assert problems == [f"{tp}: the retry of producer 901's promised batch at 0 (sequence 0) was appended "
                             "again at 15 (the log ended at 15): its producer state was lost"]
+    finally:
+        m.shutdown()
+
+
+def test_transactions_recovered_as_the_log_holds_them_pass_and_each_kind_of_loss_is_named(tmp_path: Path) -> None:
+    """check_transactions: promised markers must be in the log as promised; the transaction index
+    must list exactly the aborted transactions, the producer state hold open exactly those with
+    no marker, and the last stable offset sit at the first of them."""
+    m = _manager(tmp_path)
+    tp = PARTITIONS[TRANSACTIONAL]
+    try:
+        m.update_topic_config(tp.topic, TOPIC_PROPS[tp.topic])
+        lg = m.get_or_create_log(tp)
+        m.append(tp, transactional_batch(0, 801, 0, 2))  # 801: 0-1, committed at 2
+        m.append(tp, marker_batch(2, 801, False), assign_offsets=False)
+        m.append(tp, transactional_batch(3, 802, 0, 2))  # 802: 3-4, aborted at 5
+        m.append(tp, marker_batch(5, 802, True), assign_offsets=False)
+        m.append(tp, transactional_batch(6, 803, 0, 2))  # 803: 6-7, open
+
+        def check(txns: dict[int, tuple[int, int, bool]]) -> tuple[list[str], Figures]:
+            e = Expected()
+            e.promised[TRANSACTIONAL] = 8
+            e.writer.update({(TRANSACTIONAL, o): 801 + o // 3 for o in range(8)})
+            e.txns.update(txns)
+            problems: list[str] = []
+            figures = Figures()
+            check_transactions(m, TRANSACTIONAL, 8, e, figures, problems)
+            return problems, figures
+
+        promised = {2: (801, 0, False), 5: (802, 3, True)}
+        problems, figures = check(promised)
+        assert problems == []
+        assert (figures.records_checked, figures.markers_checked, figures.open_transactions) == (6, 2, 1)
+        problems, figures = check({5: (802, 3, False)})  # the log holds an ABORT where a COMMIT was promised
+        assert problems == [f"{tp}: the COMMIT marker of producer 802's transaction from 3, promised at 5, "
+                            "is not there (the log has (802, True))"]
+        assert figures.markers_lost == 1
+        lg.active_segment.txn_index.reset()  # the index lost its entry: aborted records read as committed
+        assert check(promised)[0] == [f"{tp} as recovered: its transaction indexes list aborted transactions [] "
+                                      "that the log does not hold and miss [(802, 3, 5)] (producer id, first "
+                                      "offset, marker)"]
+        del lg.producer_state.ongoing[803]  # the open transaction forgotten: its records would read as stable
+        problems, figures = check({})
+        assert figures.transaction_state_wrong == 1
+        assert problems[0].endswith("its producer state holds open transactions {}, the log {803: 6} (producer id: "
+                                    "first offset); its last stable offset is 8 with open transactions {803: 6}")
     finally:
         m.shutdown()

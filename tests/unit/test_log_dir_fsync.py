@@ -19,7 +19,9 @@ from logkeeper.log import log as log_module
 from logkeeper.log import names
 from logkeeper.log.log import Log
 from logkeeper.log.retention import delete_old_segments
-from tests.helpers import ManualClock, batch, make_log
+from logkeeper.records.builder import build_marker_batch
+from logkeeper.records.control import ControlType
+from tests.helpers import NOW_MS, ManualClock, batch, make_log
 
 
 class DirSyncs:
@@ -57,6 +59,58 @@ def test_first_flush_of_a_new_log_syncs_its_directory_before_the_recovery_point_
     lg.append(batch(2))
     lg.flush()
     assert syncs.calls == []  # nothing created since: no more directory fsyncs on the flush path
+
+
+def test_the_first_aborted_transaction_of_a_segment_makes_its_index_file_durable_before_the_recovery_point_moves(
+        tmp_path: Path, syncs: DirSyncs) -> None:
+    """An ABORT marker's entry creates the segment's transaction index file. Recovery trusts a
+    segment below the recovery point with the index files it finds: had the power cut taken the new
+    file's name, a read_committed consumer would read the aborted records (found by writing this
+    check: the flush fsynced the file, never the directory holding its name)."""
+    lg = make_log(tmp_path)
+    syncs.log = lg
+    lg.append(batch(3))
+    lg.flush()
+    syncs.clear()
+    lg.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
+    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
+                                 producer_epoch=0), assign_offsets=False)
+    txn_index = lg.active_segment.txn_index.path
+    assert txn_index.exists()
+    lg.flush()
+    assert [(d, txn_index.name in files, rp) for d, files, rp in syncs.calls] == [(lg.dir, True, 3)]
+    assert lg.recovery_point == 6
+    syncs.clear()  # a second aborted transaction appends to the file: its name is durable already
+    lg.append(batch(2, start=0, producer_id=7, producer_epoch=0, base_sequence=2, is_transactional=True))
+    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
+                                 producer_epoch=0), assign_offsets=False)
+    lg.flush()
+    assert syncs.calls == []
+
+
+def test_a_load_that_changed_files_syncs_the_directory_after_the_transaction_indexes_it_rebuilt(
+        tmp_path: Path, syncs: DirSyncs) -> None:
+    """Recovery empties a segment's transaction index and the producer state's rebuild writes its
+    aborted transactions again, creating the file when a power cut had taken it. The load's own
+    directory fsync (here for a torn tail it cut) came before that rebuild, and cleared the
+    flag that has the first flush fsync the directory: the file's name was never made durable."""
+    lg = make_log(tmp_path)
+    lg.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
+    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
+                                 producer_epoch=0), assign_offsets=False)
+    lg.flush()
+    txn_index = lg.active_segment.txn_index.path
+    segment_log = lg.active_segment.log.path
+    lg.close()
+    txn_index.unlink()  # its name lost in a cut
+    with open(segment_log, "ab") as f:
+        f.write(b"\x00" * 7)  # a torn tail: the load truncates it (a change it fsyncs the directory for)
+    syncs.clear()
+    again = make_log(tmp_path, had_clean_shutdown=False)  # recovers from 0, the default recovery point
+    syncs.log = again
+    assert again.load_report.truncated and txn_index.exists()
+    again.flush()
+    assert any(d == again.dir and txn_index.name in files for d, files, _rp in syncs.calls)
 
 
 def test_roll_syncs_the_directory_with_the_new_segment_in_it(tmp_path: Path, syncs: DirSyncs) -> None:

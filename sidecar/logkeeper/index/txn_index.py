@@ -79,16 +79,20 @@ class TransactionIndex:
             out.append(AbortedTxn(pid, first, last, lso))
         return out
 
-    def append(self, txn: AbortedTxn) -> None:
+    def append(self, txn: AbortedTxn) -> bool:
+        """Add ``txn``; whether that created the file: its name is durable only once the caller
+        fsyncs the directory (a segment's first aborted transaction)."""
         with self._lock:
             if self._entries and txn.last_offset < self._entries[-1].last_offset:
                 raise ValueError(
                     f"aborted transaction ending at {txn.last_offset} is before the last one in "
                     f"{self._path} ({self._entries[-1].last_offset})"
                 )
+            created = not self._entries and not self._path.exists()  # a stat per segment at most
             with open(self._path, "ab") as f:
                 f.write(txn.pack())
             self._entries.append(txn)
+            return created
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""

@@ -106,11 +106,13 @@ class Log:
         # durable once the directory itself is fsynced: a segment whose data was fsynced but
         # whose name was not comes back from a power cut as nothing. The loader may have
         # created the first segment, deleted segments after a cut or renamed swaps; the first
-        # flush fsyncs the directory (see ``flush``), and a load that changed files does now.
+        # flush fsyncs the directory (see ``flush``), and a load that changed files does now,
+        # after the producer state's rebuild: that may create transaction index files again
+        # (a recovered segment's aborted transactions).
         self._dir_dirty = True
+        self._rebuild_producer_state(self.load_report.first_reset_txn_index())
         if self.load_report.changed:
             self._sync_dir()
-        self._rebuild_producer_state(self.load_report.first_reset_txn_index())
 
     # ------------------------------------------------------------------ helpers
     def _new_jitter(self) -> int:
@@ -224,7 +226,11 @@ class Log:
             self.log_end_offset = last_offset + 1
             if request.has_transactional or request.has_producer_id:
                 for entry in self.producer_state.on_appended(out, request, bases):
-                    self.active_segment.txn_index.append(entry)
+                    # a segment's first aborted transaction creates its index file: the next
+                    # flush must fsync the directory before the recovery point moves past it
+                    # (recovery trusts the index files it finds below the recovery point)
+                    if self.active_segment.txn_index.append(entry):
+                        self._dir_dirty = True
             self.unflushed_messages += request.num_records
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()
