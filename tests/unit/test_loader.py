@@ -14,7 +14,9 @@ from logkeeper.log.segment import AppendedBatch
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
-from tests.helpers import batch, log_records, make_log, offsets_of
+from logkeeper.records.builder import build_marker_batch
+from logkeeper.records.control import ControlType
+from tests.helpers import NOW_MS, batch, log_records, make_log, offsets_of
 
 PROPS = {"segment.bytes": 1000, "index.interval.bytes": 100}
 
@@ -95,6 +97,33 @@ def test_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
     assert first_index.name.replace(".index", ".log") in again.load_report.rebuilt_indexes
     again.close()
     assert first_index.read_bytes() == good
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_torn_transaction_index_is_rebuilt(tmp_path: Path, clean: bool) -> None:
+    """A power cut can leave part of an aborted transaction's index entry (a size that is no
+    multiple of 34). The index is read when its segment is opened, and that read raised before
+    the loader's sanity check could rebuild it: the log did not load at all (found by reading the
+    loader for the power-cut test's transactions). Now it is rebuilt from the log, as the other
+    indexes are, with or without a clean shutdown."""
+    log = make_log(tmp_path)
+    log.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
+    log.append(build_marker_batch(ControlType.ABORT, offset=log.log_end_offset, timestamp=NOW_MS, producer_id=7,
+                                  producer_epoch=0), assign_offsets=False)
+    log.append(batch(1, start=3))
+    log.flush()
+    txn_index = log.active_segment.txn_index.path
+    good = txn_index.read_bytes()
+    assert len(good) == 34
+    log.close()
+    txn_index.write_bytes(good + good[:11])  # a torn second entry
+    again = reopen(tmp_path, recovery_point=log.log_end_offset, had_clean_shutdown=clean)
+    assert again.load_report.rebuilt_indexes == [names.log_file(again.dir, 0).name]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in again.active_segment.txn_index.entries] == \
+        [(7, 0, 2)]
+    assert again.log_end_offset == 4
+    again.close()
+    assert txn_index.read_bytes() == good
 
 
 def test_bogus_index_files_are_removed(tmp_path: Path) -> None:

@@ -48,7 +48,13 @@ class TransactionIndex:
         self._path = as_path(path)
         self.base_offset = base_offset
         self._lock = threading.Lock()
-        self._entries: list[AbortedTxn] = self._read()
+        # a damaged file (a power cut tore its last entry) is not an error of opening: the segment's
+        # sanity check raises it, and the loader rebuilds the index from the log as it does the others
+        self._corrupt: CorruptIndexError | None = None
+        try:
+            self._entries: list[AbortedTxn] = self._read()
+        except CorruptIndexError as e:
+            self._corrupt, self._entries = e, []
 
     @property
     def path(self) -> Path:
@@ -110,6 +116,7 @@ class TransactionIndex:
     def reset(self) -> None:
         with self._lock:
             self._entries = []
+            self._corrupt = None
             if self._path.exists():
                 self._rewrite()
 
@@ -118,6 +125,8 @@ class TransactionIndex:
             f.write(b"".join(t.pack() for t in self._entries))
 
     def sanity_check(self) -> None:
+        if self._corrupt is not None:
+            raise self._corrupt
         for t in self._entries:
             if t.last_offset < self.base_offset:
                 raise CorruptIndexError(
