@@ -12,10 +12,10 @@ from logkeeper.log import names
 from logkeeper.log.log import Log
 from logkeeper.log.segment import AppendedBatch
 from logkeeper.records.batch import BatchHeader
-from logkeeper.records.reader import read_records
-from logkeeper.tools.verify import verify_path
 from logkeeper.records.builder import build_marker_batch
 from logkeeper.records.control import ControlType
+from logkeeper.records.reader import read_records
+from logkeeper.tools.verify import verify_path
 from tests.helpers import NOW_MS, batch, log_records, make_log, offsets_of
 
 PROPS = {"segment.bytes": 1000, "index.interval.bytes": 100}
