@@ -316,6 +316,28 @@ def test_verify_bad_time_index_entry_exits_1_naming_it(fx: Fixture, capsys: pyte
     assert line.startswith(f"logkeeper verify: {time_index} at position 0: entry 0 ")
 
 
+@pytest.mark.parametrize("damage", ["torn", "first after last"])
+def test_verify_a_damaged_transaction_index_exits_1_naming_it(fx: Fixture, capsys: pytest.CaptureFixture[str],
+                                                              damage: str) -> None:
+    """The fixture's aborted transaction has an index entry; a power cut can tear it (the loader
+    rebuilds such an index), and verify says so instead of passing over the file."""
+    [txn_index] = [p for p in fx.directory.glob("*" + names.TXN_INDEX_SUFFIX) if p.stat().st_size]
+    raw = bytearray(txn_index.read_bytes())
+    assert len(raw) == 34
+    if damage == "torn":
+        raw += raw[:10]
+        want = f"logkeeper verify: {txn_index}: size is not a multiple of 34"
+    else:
+        version, pid, first, last, lso = struct.unpack(">hqqqq", raw)
+        struct.pack_into(">hqqqq", raw, 0, version, pid, last + 1, last, lso)
+        want = f"logkeeper verify: {txn_index} at position 0: entry 0 (producer {pid}, offsets {last + 1}..{last}) ends"
+    txn_index.write_bytes(raw)
+    code, _, err = run(capsys, "verify", str(fx.directory))
+    assert code == 1
+    (line,) = err.splitlines()
+    assert line.startswith(want)
+
+
 # ------------------------------------------------------------------------------------------
 # recover
 # ------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ batch's records walk cleanly, offsets increase across batches and segments and f
 (an int32 delta from its base); the ``.index`` entries increase and each points at the start of
 a batch whose last offset is the entry's offset (the rule Kafka's DumpLogSegments checks); the
 ``.timeindex`` entries increase and each names a batch whose max timestamp is the entry's
-timestamp. Checkpoint files must parse. A producer snapshot (``.snapshot``) that fails its CRC or
+timestamp; the ``.txnindex`` holds whole version-0 entries in order, each ending at or above the
+segment's base offset. Checkpoint files must parse. A producer snapshot (``.snapshot``) that fails its CRC or
 lies above the log end is a note, not a problem: the next load deletes it and scans the segments.
 Nothing is written: files are opened read-only.
 
@@ -245,9 +246,9 @@ def _verify_segment(log_file: Path, base: int, floor: int | None, report: Verify
     report.records += _verify_records(buf, table, n, name, report)
     # index entries past the valid batches of a damaged .log are not reported again
     damaged = n < len(table) or table.stop_reason != ScanStop.END
-    for suffix, dtype, verify_entries in _INDEX_CHECKS:
+    for suffix, dtype, verify_entries, preallocated in _INDEX_CHECKS:
         path = names.segment_file(log_file.parent, base, suffix)
-        entries = _index_entries(path, dtype, report)
+        entries = _index_entries(path, dtype, report, preallocated)
         if entries is not None:
             verify_entries(path, entries, base, table, n, last_offsets, damaged, report)
     return int(last_offsets[n - 1]) if n else None
@@ -281,24 +282,27 @@ def _verify_records(buf: np.ndarray, table: BatchTable, n: int, name: str, repor
     return count
 
 
-def _entries(path: Path, dtype: np.dtype) -> np.ndarray | None:
+def _entries(path: Path, dtype: np.dtype, preallocated: bool = True) -> np.ndarray | None:
     if not path.exists():
         return None
     data = np.fromfile(path, dtype=np.uint8)
     usable = data.shape[0] - data.shape[0] % dtype.itemsize
     entries = data[:usable].view(dtype)
+    if not preallocated:
+        return entries
     # trailing all-zero entries are the preallocated tail of an active segment's index
     nonzero = np.flatnonzero(data[:usable].reshape(-1, dtype.itemsize).any(axis=1)) if usable else np.zeros(0)
     keep = int(nonzero[-1]) + 1 if nonzero.size else 0
     return entries[:keep]
 
 
-def _index_entries(path: Path, dtype: np.dtype, report: VerifyReport) -> np.ndarray | None:
+def _index_entries(path: Path, dtype: np.dtype, report: VerifyReport, preallocated: bool) -> np.ndarray | None:
     """The written entries of an index file (a size not a whole number of entries is a problem,
-    the whole entries are still checked); None when there is no file or no entry."""
+    the whole entries are still checked; trailing zeros are preallocated space only in a file
+    that is ``preallocated``); None when there is no file or no entry."""
     if path.exists() and path.stat().st_size % dtype.itemsize:
         report.problems.append(Problem(str(path), None, f"size is not a multiple of {dtype.itemsize}"))
-    entries = _entries(path, dtype)
+    entries = _entries(path, dtype, preallocated)
     if entries is None or entries.shape[0] == 0:
         return None
     return entries
@@ -347,9 +351,34 @@ def _verify_time_index(path: Path, entries: np.ndarray, base: int, table: BatchT
             return
 
 
-# each index file of a segment: its suffix, its entry layout (big-endian) and the check of its entries
+def _verify_txn_index(path: Path, entries: np.ndarray, base: int, table: BatchTable, n: int,
+                      last_offsets: np.ndarray, damaged: bool, report: VerifyReport) -> None:
+    """Kafka's own check of a transaction index (each entry version 0, its transaction ending
+    in this segment or later, after it began) and the order entries are appended in. An entry's
+    marker may lie in a later segment (a cleaned segment lists the aborted transactions that
+    overlap it) or be gone (the cleaner removes markers), so it is not looked up."""
+    prev_last = -1
+    for k in range(entries.shape[0]):
+        version, pid, first, last = (int(entries[f][k]) for f in ("version", "pid", "first", "last"))
+        what = f"entry {k} (producer {pid}, offsets {first}..{last})"
+        if version != 0:
+            report.problems.append(Problem(str(path), k * 34, f"{what} has version {version}, not 0"))
+            return
+        if last < base or first > last or last < prev_last:
+            report.problems.append(Problem(str(path), k * 34, (
+                f"{what} ends below the segment's base offset {base}, before it begins, or before the entry "
+                "ahead of it")))
+            return
+        prev_last = last
+
+
+# each index file of a segment: its suffix, its entry layout (big-endian), the check of its entries
+# and whether trailing zero bytes are preallocated space (the offset and time indexes of an active
+# segment) rather than entries
 _IndexCheck = Callable[[Path, np.ndarray, int, BatchTable, int, np.ndarray, bool, VerifyReport], None]
-_INDEX_CHECKS: tuple[tuple[str, np.dtype, _IndexCheck], ...] = (
-    (names.INDEX_SUFFIX, np.dtype([("rel", ">i4"), ("pos", ">i4")]), _verify_offset_index),
-    (names.TIME_INDEX_SUFFIX, np.dtype([("ts", ">i8"), ("rel", ">i4")]), _verify_time_index),
+_INDEX_CHECKS: tuple[tuple[str, np.dtype, _IndexCheck, bool], ...] = (
+    (names.INDEX_SUFFIX, np.dtype([("rel", ">i4"), ("pos", ">i4")]), _verify_offset_index, True),
+    (names.TIME_INDEX_SUFFIX, np.dtype([("ts", ">i8"), ("rel", ">i4")]), _verify_time_index, True),
+    (names.TXN_INDEX_SUFFIX, np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("last", ">i8"),
+                                       ("lso", ">i8")]), _verify_txn_index, False),
 )
