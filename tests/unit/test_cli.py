@@ -328,7 +328,7 @@ def test_verify_a_damaged_transaction_index_exits_1_naming_it(fx: Fixture, capsy
         raw += raw[:10]
         want = f"logkeeper verify: {txn_index}: size is not a multiple of 34"
     else:
-        version, pid, first, last, lso = struct.unpack(">hqqqq", raw)
+        version, pid, _first, last, lso = struct.unpack(">hqqqq", raw)
         struct.pack_into(">hqqqq", raw, 0, version, pid, last + 1, last, lso)
         want = f"logkeeper verify: {txn_index} at position 0: entry 0 (producer {pid}, offsets {last + 1}..{last}) ends"
     txn_index.write_bytes(raw)
