@@ -6,9 +6,9 @@ batch's records walk cleanly, offsets increase across batches and segments and f
 a batch whose last offset is the entry's offset (the rule Kafka's DumpLogSegments checks); the
 ``.timeindex`` entries increase and each names a batch whose max timestamp is the entry's
 timestamp; the ``.txnindex`` holds whole version-0 entries in order, each ending at or above the
-segment's base offset. Checkpoint files must parse. A producer snapshot (``.snapshot``) that fails its CRC or
-lies above the log end is a note, not a problem: the next load deletes it and scans the segments.
-Nothing is written: files are opened read-only.
+segment's base offset. Checkpoint files must parse. A producer snapshot (``.snapshot``) that
+fails its CRC or lies above the log end is a note, not a problem: the next load deletes it and
+scans the segments. Nothing is written: files are opened read-only.
 
 Trailing all-zero index entries are preallocated space of an active segment, not entries.
 Leftover ``.cleaned``/``.swap`` files (an interrupted clean) are one note per partition, not
