@@ -353,10 +353,11 @@ def _verify_time_index(path: Path, entries: np.ndarray, base: int, table: BatchT
 
 def _verify_txn_index(path: Path, entries: np.ndarray, base: int, table: BatchTable, n: int,
                       last_offsets: np.ndarray, damaged: bool, report: VerifyReport) -> None:
-    """Kafka's own check of a transaction index (each entry version 0, its transaction ending
-    in this segment or later, after it began) and the order entries are appended in. An entry's
-    marker may lie in a later segment (a cleaned segment lists the aborted transactions that
-    overlap it) or be gone (the cleaner removes markers), so it is not looked up."""
+    """Kafka's own checks of a transaction index (each entry of version 0, its transaction
+    ending at or after the segment's base offset), its transaction ending after it began, and the
+    order entries are appended in. An entry's marker may lie in a later segment (a cleaned
+    segment lists the aborted transactions that overlap it) or be gone (the cleaner removes
+    markers), so it is not looked up."""
     prev_last = -1
     for k in range(entries.shape[0]):
         version, pid, first, last = (int(entries[f][k]) for f in ("version", "pid", "first", "last"))
