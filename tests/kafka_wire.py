@@ -25,9 +25,19 @@ def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0, *, rcvbuf: int | None = None) -> None:
+        """``rcvbuf``: SO_RCVBUF set before connecting (the window is agreed at the handshake),
+        to keep the server's answers waiting in its send buffer."""
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            if rcvbuf is not None:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.sock.settimeout(timeout_s)
+            self.sock.connect((host, int(port)))
+        except BaseException:
+            self.sock.close()
+            raise
         self.correlation = 0
 
     def close(self) -> None:

@@ -78,10 +78,7 @@ def test_a_client_that_does_not_read_its_answers_goes_idle(small: SidecarProcess
     time.sleep(0.5)
     closed_idle = "idle for more than 1500 ms"
     before = small.output().count(closed_idle)  # the module's sidecar: earlier tests closed idle ones too
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    host, port = small.kafka_bootstrap.rsplit(":", 1)
-    sock.connect((host, int(port)))
+    sock = WireClient(small.kafka_bootstrap, rcvbuf=4096).sock
     # DescribeConfigs answers are ~800 bytes: 20,000 of them are more than the socket buffers hold
     one = request_frame(m.DESCRIBE_CONFIGS, 1, {"resources": [{"resource_type": 2, "resource_name": "big",
                                                                 "configuration_keys": None}],
@@ -241,30 +238,24 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
             {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
         assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
     wire.close()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the answer waits in the sidecar
-    host, port = small.kafka_bootstrap.rsplit(":", 1)
-    sock.connect((host, int(port)))
-    sock.settimeout(10)
+    wire = WireClient(small.kafka_bootstrap, rcvbuf=4096)  # the answer waits in the sidecar
     limit = 2 * answer_bytes
     fetch = request_frame(m.FETCH, 11, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": limit, "isolation_level": 0,
         "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
         "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
                                                     "log_start_offset": -1, "partition_max_bytes": limit}]}]}, 1)
-    sock.sendall(fetch)
+    wire.send_raw(fetch)
     time.sleep(0.3)  # the fetch is answered and its write paused before the next request comes
-    sock.sendall(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 2))
+    wire.send_raw(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 2))
     time.sleep(0.3)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
-    wire = WireClient.__new__(WireClient)
-    wire.sock, wire.correlation = sock, 0
+    wire.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
     sizes = []
     for correlation_id in (1, 2):
         frame = wire.read_frame()
         assert frame is not None, f"the connection was closed before answer {correlation_id}"
         assert struct.unpack(">i", frame[:4])[0] == correlation_id
         sizes.append(len(frame))
-    sock.close()
+    wire.close()
     assert sizes[0] > answer_bytes
 
