@@ -12,11 +12,10 @@ from logkeeper.log import names
 from logkeeper.log.log import Log
 from logkeeper.log.segment import AppendedBatch
 from logkeeper.records.batch import BatchHeader
-from logkeeper.records.builder import build_marker_batch
-from logkeeper.records.control import ControlType
 from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
-from tests.helpers import NOW_MS, batch, log_records, make_log, offsets_of
+from tests.cleaner_logs import TxnProducer
+from tests.helpers import batch, log_records, make_log, offsets_of
 
 PROPS = {"segment.bytes": 1000, "index.interval.bytes": 100}
 
@@ -107,9 +106,9 @@ def test_a_torn_transaction_index_is_rebuilt(tmp_path: Path, clean: bool) -> Non
     loader for the power-cut test's transactions). Now it is rebuilt from the log, as the other
     indexes are, with or without a clean shutdown."""
     log = make_log(tmp_path)
-    log.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
-    log.append(build_marker_batch(ControlType.ABORT, offset=log.log_end_offset, timestamp=NOW_MS, producer_id=7,
-                                  producer_epoch=0), assign_offsets=False)
+    txn = TxnProducer(log, 7)
+    txn.append([0, 1])
+    txn.abort()
     log.append(batch(1, start=3))
     log.flush()
     txn_index = log.active_segment.txn_index.path

@@ -19,9 +19,8 @@ from logkeeper.log import log as log_module
 from logkeeper.log import names
 from logkeeper.log.log import Log
 from logkeeper.log.retention import delete_old_segments
-from logkeeper.records.builder import build_marker_batch
-from logkeeper.records.control import ControlType
-from tests.helpers import NOW_MS, ManualClock, batch, make_log
+from tests.cleaner_logs import TxnProducer
+from tests.helpers import ManualClock, batch, make_log
 
 
 class DirSyncs:
@@ -72,18 +71,17 @@ def test_the_first_aborted_transaction_of_a_segment_makes_its_index_file_durable
     lg.append(batch(3))
     lg.flush()
     syncs.clear()
-    lg.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
-    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
-                                 producer_epoch=0), assign_offsets=False)
+    txn = TxnProducer(lg, 7)
+    txn.append([0, 1])
+    txn.abort()
     txn_index = lg.active_segment.txn_index.path
     assert txn_index.exists()
     lg.flush()
     assert [(d, txn_index.name in files, rp) for d, files, rp in syncs.calls] == [(lg.dir, True, 3)]
     assert lg.recovery_point == 6
     syncs.clear()  # a second aborted transaction appends to the file: its name is durable already
-    lg.append(batch(2, start=0, producer_id=7, producer_epoch=0, base_sequence=2, is_transactional=True))
-    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
-                                 producer_epoch=0), assign_offsets=False)
+    txn.append([2, 3])
+    txn.abort()
     lg.flush()
     assert syncs.calls == []
 
@@ -95,9 +93,9 @@ def test_a_load_that_changed_files_syncs_the_directory_after_the_transaction_ind
     directory fsync (here for a torn tail it cut) came before that rebuild, and cleared the
     flag that has the first flush fsync the directory: the file's name was never made durable."""
     lg = make_log(tmp_path)
-    lg.append(batch(2, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True))
-    lg.append(build_marker_batch(ControlType.ABORT, offset=lg.log_end_offset, timestamp=NOW_MS, producer_id=7,
-                                 producer_epoch=0), assign_offsets=False)
+    txn = TxnProducer(lg, 7)
+    txn.append([0, 1])
+    txn.abort()
     lg.flush()
     txn_index = lg.active_segment.txn_index.path
     segment_log = lg.active_segment.log.path
