@@ -282,7 +282,7 @@ def _verify_records(buf: np.ndarray, table: BatchTable, n: int, name: str, repor
     return count
 
 
-def _entries(path: Path, dtype: np.dtype, preallocated: bool = True) -> np.ndarray | None:
+def _entries(path: Path, dtype: np.dtype, preallocated: bool) -> np.ndarray | None:
     if not path.exists():
         return None
     data = np.fromfile(path, dtype=np.uint8)
