@@ -26,8 +26,8 @@ from logkeeper.tools.verify import verify_path
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
               TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0),
-              TopicPartition("cuti", 0), TopicPartition("cutt", 0)]
-NO_RETENTION = {2, 3, 4, 5, 6, 7}  # indexes of PARTITIONS whose log start must stay 0
+              TopicPartition("cuti", 0), TopicPartition("cutt", 0), TopicPartition("cutct", 0)]
+NO_RETENTION = {2, 3, 4, 5, 6, 7, 8}  # indexes of PARTITIONS whose log start must stay 0
 COMPACTED = 4  # its records have keys (offset % KEYS); the cleaner may drop all but each key's last
 # deleted (LogManager.delete_log) and created again now and then: once a deletion returned, no
 # record of the deleted log may come back, and the new log starts from offset 0
@@ -41,6 +41,11 @@ IDEMPOTENT = 6
 # recovered producer state holds open exactly the transactions the log leaves open (their first
 # offset bounds the last stable offset)
 TRANSACTIONAL = 7
+# TRANSACTIONAL's workload with keys (COMPACTED's), compacted by the cleaner: aborted records
+# dropped, committed ones superseded, markers removed once their transaction has no data left
+# (delete.retention.ms 0: at once); see check_compacted_transactions for what must survive
+COMPACTED_TXN = 8
+TXN_LOGS = (TRANSACTIONAL, COMPACTED_TXN)
 KEYS = 17
 TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutfm": {"flush.messages": 1, "retention.bytes": -1},
@@ -49,6 +54,8 @@ TOPIC_PROPS: dict[str, dict[str, Any]] = {
     "cutd": {"flush.messages": 1, "retention.bytes": -1},
     "cuti": {"flush.messages": 1, "retention.bytes": -1},
     "cutt": {"flush.messages": 1, "retention.bytes": -1},
+    "cutct": {"cleanup.policy": "compact", "flush.messages": 1, "min.cleanable.dirty.ratio": 0.01,
+              "delete.retention.ms": 0},
 }
 CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
                  "log.cleaner.io.buffer.size": 64 * 1024}
@@ -87,7 +94,7 @@ def open_manager(dirs: list[Path], scheduler: Scheduler | None) -> LogManager:
 
 
 def key_of(i: int, offset: int) -> bytes | None:
-    return str(offset % KEYS).encode() if i == COMPACTED else None
+    return str(offset % KEYS).encode() if i in (COMPACTED, COMPACTED_TXN) else None
 
 
 def value_of(offset: int, child_id: int, repeat: int) -> bytes:
@@ -113,6 +120,7 @@ class Figures:
     records_checked: int = 0
     records_lost: int = 0
     superseded_after_promise: int = 0  # promised records the cleaner rightly dropped (check_compacted)
+    aborted_cleaned: int = 0  # promised records of aborted transactions the cleaner dropped (COMPACTED_TXN)
     lost_bytes: int = 0
     deletions: int = 0  # deletions of DELETED_TOPIC's log that returned before the cut
     deleted_records_back: int = 0
@@ -120,6 +128,7 @@ class Figures:
     retries_appended: int = 0  # ... and appended a second time (a duplicate: a loss of producer state)
     markers_checked: int = 0  # promised transaction markers found in the recovered log as promised
     markers_lost: int = 0  # ... or not
+    markers_cleaned: int = 0  # COMPACTED_TXN's promised markers the cleaner rightly removed (no data left)
     open_transactions: int = 0  # transactions the recovered logs left open (each checked against the state)
     transaction_state_wrong: int = 0  # recovered states (index, open transactions) that disagree with the log
     undone_dir_changes: int = 0
@@ -143,19 +152,22 @@ class Expected:
     deleted_below: dict[int, int] = field(default_factory=dict)
     # IDEMPOTENT's producer id -> its last promised batch: (base offset, base sequence, records)
     batches: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    # TRANSACTIONAL's promised markers: offset -> (producer id, the transaction's first offset, aborted)
-    txns: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
+    # TXN_LOGS' promised markers: (partition, offset) -> (producer id, the transaction's first offset, aborted)
+    txns: dict[tuple[int, int], tuple[int, int, bool]] = field(default_factory=dict)
+    # COMPACTED_TXN's promised data records: offset -> producer id (the cleaner may drop them: the
+    # checks need to know which were written in which transaction)
+    txn_data: dict[int, int] = field(default_factory=dict)
 
     def forget(self, i: int) -> None:
         """The log of partition ``i`` is being deleted: its promises no longer hold (a cut may
         keep it or not, until the deletion returns)."""
         self.promised.pop(i, None)
-        for table in (self.writer, self.older):
+        for table in (self.writer, self.older, self.txns):
             for key in [k for k in table if k[0] == i]:
                 del table[key]
         self.gaps = {k for k in self.gaps if k[0] != i}
-        if i == TRANSACTIONAL:
-            self.txns.clear()
+        if i == COMPACTED_TXN:
+            self.txn_data.clear()
 
     def deleted(self, i: int, next_writer: int) -> None:
         """The deletion of partition ``i``'s log returned; ``next_writer`` writes its new log."""
@@ -321,10 +333,13 @@ def idempotent_batch(base_offset: int, producer_id: int, base_sequence: int, cou
                        base_sequence=base_sequence)
 
 
-def transactional_batch(base_offset: int, producer_id: int, base_sequence: int, count: int) -> bytes:
-    """TRANSACTIONAL's data batch: ``idempotent_batch``'s, in a transaction."""
+def transactional_batch(base_offset: int, producer_id: int, base_sequence: int, count: int,
+                        partition: int = TRANSACTIONAL) -> bytes:
+    """A data batch of TXN_LOGS' ``partition``: ``idempotent_batch``'s, in a transaction (keyed as
+    ``key_of`` keys that partition's records)."""
     now = int(time.time() * 1000)
-    return build_batch([Record(base_offset + k, now, None, value_of(base_offset + k, producer_id, 1))
+    return build_batch([Record(base_offset + k, now, key_of(partition, base_offset + k),
+                               value_of(base_offset + k, producer_id, 1))
                         for k in range(count)], producer_id=producer_id, producer_epoch=0,
                        base_sequence=base_sequence, is_transactional=True)
 
@@ -364,7 +379,9 @@ def scan_transactions(m: LogManager, tp: TopicPartition) -> tuple[dict[int, tupl
                 ongoing.setdefault(h.producer_id, h.base_offset)
                 continue
             marker = end_txn_marker_of(memoryview(data)[batch.position:], h)
-            is_abort = marker is not None and marker.control_type == ControlType.ABORT
+            if marker is None:  # an empty control batch: the cleaner removed the marker and kept
+                continue  # the batch for its producer's last sequence (Kafka's RETAIN_EMPTY)
+            is_abort = marker.control_type == ControlType.ABORT
             markers[h.base_offset] = (h.producer_id, is_abort)
             first = ongoing.pop(h.producer_id, None)
             if first is not None and is_abort:
@@ -383,7 +400,9 @@ def check_transactions(m: LogManager, i: int, want: int, expected: Expected, fig
     assert lg is not None
     markers, ongoing, aborted = scan_transactions(m, tp)
     check_contiguous(m, i, want, expected, figures, problems, frozenset(markers))
-    for offset, (pid, first, is_abort) in sorted(expected.txns.items()):
+    for (j, offset), (pid, first, is_abort) in sorted(expected.txns.items()):
+        if j != i:
+            continue
         if markers.get(offset) == (pid, is_abort) and (not is_abort or (pid, first, offset) in aborted):
             figures.markers_checked += 1
             continue
@@ -397,6 +416,124 @@ def check_transactions(m: LogManager, i: int, want: int, expected: Expected, fig
     if indexed != aborted:
         wrong.append(f"its transaction indexes list aborted transactions {sorted(indexed - aborted)} that the log "
                      f"does not hold and miss {sorted(aborted - indexed)} (producer id, first offset, marker)")
+    if lg.producer_state.ongoing != ongoing:
+        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
+                     "(producer id: first offset)")
+    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
+        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
+    if wrong:
+        figures.transaction_state_wrong += 1
+        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
+
+
+def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
+                                 problems: list[str]) -> None:
+    """COMPACTED_TXN, cleaned while transactions were written and the power cut:
+
+    - every record there holds what was written at its offset (``check_record``);
+    - a promised record of a transaction the log leaves open is there (the cleaner must stop at
+      the last stable offset);
+    - each key's last promised committed record is there, or a later committed record of the key
+      is (a record of an aborted or open transaction supersedes nothing);
+    - each promised marker is there as promised, or the cleaner removed it with every record of
+      its transaction (a marker goes only when its transaction has no data left);
+    - what recovery rebuilt agrees with the log: each aborted transaction with records there is
+      in the transaction index (a read_committed consumer skips by it), each index entry has its
+      ABORT marker there, and the producer state holds open exactly what the log leaves open."""
+    tp = PARTITIONS[i]
+    lg = m.get_log(tp)
+    assert lg is not None
+    markers, ongoing, aborted = scan_transactions(m, tp)
+    ends: dict[int, list[tuple[int, bool]]] = {}  # producer id -> its markers (offset, aborted), in order
+    for offset, (pid, is_abort) in sorted(markers.items()):
+        ends.setdefault(pid, []).append((offset, is_abort))
+    promised_ends = {(pid, first): (offset, is_abort)
+                     for (j, offset), (pid, first, is_abort) in expected.txns.items() if j == i}
+
+    def outcome(offset: int, pid: int) -> bool | None:
+        """Whether the transaction of ``pid``'s record at ``offset`` committed (None: still open),
+        by its promised marker, else by the first marker of ``pid`` after it in the log."""
+        for (p, first), (end, is_abort) in promised_ends.items():
+            if p == pid and first <= offset < end:
+                return not is_abort
+        return next((not is_abort for end, is_abort in ends.get(pid, []) if end > offset), None)
+
+    present: dict[int, Any] = {}  # offset -> data record
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        try:
+            data = m.read(tp, offset, 1 << 20).records
+        except Exception as e:
+            problems.append(f"{tp} offset {offset} unreadable: {e}")
+            break
+        if not data:
+            break
+        # stepped by batches, not records: a read may hold only batches the cleaner emptied (a
+        # producer's last batch keeps its header) or markers
+        last = list(iter_batches(np.frombuffer(data, dtype=np.uint8)))[-1].header
+        start, offset = offset, last.base_offset + last.last_offset_delta + 1
+        for rec in read_records(data):
+            if rec.offset < start or rec.offset in markers:
+                continue
+            present[rec.offset] = rec
+            if rec.offset < want:
+                figures.records_checked += 1
+                figures.records_lost += not check_record(i, rec, expected, problems)
+            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
+                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
+                                f"value {rec.value!r}")
+
+    last_committed: dict[bytes | None, int] = {}  # key -> its last promised committed record
+    for offset, pid in sorted(expected.txn_data.items()):
+        committed = outcome(offset, pid)
+        if committed is None and offset not in present:
+            figures.records_lost += 1
+            problems.append(f"{tp} offset {offset}: a promised record of producer {pid}'s transaction, "
+                            "open in the log, is gone")
+        elif committed is False and offset not in present:
+            figures.aborted_cleaned += 1
+        elif committed:
+            last_committed[key_of(i, offset)] = offset
+    for key, offset in sorted(last_committed.items()):
+        if offset in present:
+            continue
+        later = [o for o, rec in present.items() if o > offset and rec.key == key
+                 and outcome(o, (parse_value(rec.value) or (0, -1))[1])]
+        if later:
+            figures.superseded_after_promise += 1
+        else:
+            figures.records_lost += 1
+            problems.append(f"{tp} key {key!r}: its last promised committed record, offset {offset}, is gone "
+                            "and no later committed record of the key is there")
+
+    for (j, offset), (pid, first, is_abort) in sorted(expected.txns.items()):
+        if j != i:
+            continue
+        left = [o for o, rec in present.items() if first <= o < offset
+                and (parse_value(rec.value) or (0, -1))[1] == pid]
+        if markers.get(offset) == (pid, is_abort):
+            figures.markers_checked += 1
+        elif offset not in markers and not left:
+            figures.markers_cleaned += 1
+        else:
+            figures.markers_lost += 1
+            problems.append(f"{tp}: the {'ABORT' if is_abort else 'COMMIT'} marker of producer {pid}'s transaction "
+                            f"from {first}, promised at {offset}, is not there (the log has {markers.get(offset)}; "
+                            f"records of the transaction left: {left[:5]})")
+
+    indexed = collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)
+    figures.open_transactions += len(ongoing)
+    wrong = []
+    unindexed = sorted((pid, first, end) for pid, first, end in aborted
+                       if not any(t.producer_id == pid and t.last_offset == end and t.first_offset <= first
+                                  for t in indexed))
+    if unindexed:
+        wrong.append(f"its transaction indexes miss aborted transactions with records there {unindexed} "
+                     "(producer id, first record, marker)")
+    stray = sorted((t.producer_id, t.first_offset, t.last_offset) for t in indexed
+                   if markers.get(t.last_offset) != (t.producer_id, True))
+    if stray:
+        wrong.append(f"its transaction indexes list aborted transactions {stray} without their ABORT marker")
     if lg.producer_state.ongoing != ongoing:
         wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
                      "(producer id: first offset)")
@@ -459,7 +596,8 @@ def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: s
                 problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
             if i in NO_RETENTION and lg.log_start_offset != 0:
                 problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
-            check = {COMPACTED: check_compacted, TRANSACTIONAL: check_transactions}.get(i, check_contiguous)
+            check = {COMPACTED: check_compacted, TRANSACTIONAL: check_transactions,
+                     COMPACTED_TXN: check_compacted_transactions}.get(i, check_contiguous)
             check(m, i, want, expected, figures, problems)
             check_no_deleted_records(m, i, expected, figures, problems)
         for d in dirs:

@@ -33,6 +33,12 @@ durability contract there (the README's "Durability contract"):
   records by it) and the producer state holds open exactly those without a marker (the last
   stable offset is the first of them). A child aborts the transactions earlier writers left open,
   as a coordinator aborts a dead producer's;
+- ``cutct``: ``cutt``'s workload with keys, compacted by the cleaner as it is written
+  (delete.retention.ms 0, so markers go as soon as their transaction has no data left): a
+  promised record of a transaction the log leaves open stays; each key's last promised committed
+  record stays unless a later committed record of the key is there; a promised marker stays
+  unless the cleaner removed every record of its transaction; each aborted transaction with
+  records left is in the transaction index, and the producer state agrees with the log;
 - every log, when a clean ``LogManager.shutdown`` returned (children now and then shut down and
   start again in the same process: the next start trusts the clean-shutdown marker; half the
   time after a pause, as a stopped sidecar waits, so that cuts land there too).
@@ -91,10 +97,11 @@ from logkeeper.records.builder import Record, build_batch
 from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
+    COMPACTED_TXN,
     DELETED_TOPIC,
     IDEMPOTENT,
     PARTITIONS,
-    TRANSACTIONAL,
+    TXN_LOGS,
     Expected,
     Figures,
     check_image,
@@ -113,7 +120,8 @@ MSG = struct.Struct("<BIqq")  # kind, partition index, two numbers: 21 bytes (< 
 PROMISE, START, SEGMENT = 0, 1, 2  # (end offset, writer), (log end offset, writer), (base, next offset)
 DELETING, DELETED = 3, 4  # (0, 0) before delete_log, (the new log's writer, 0) after it returned
 BATCH = 5  # an IDEMPOTENT promise: (base offset, producer id << 24 | base sequence << 3 | records)
-MARKER = 6  # a TRANSACTIONAL marker's promise: (its offset, first offset << 24 | producer id << 1 | aborted)
+MARKER = 6  # a TXN_LOGS marker's promise: (its offset, first offset << 24 | producer id << 1 | aborted)
+TXN_DATA = 7  # a COMPACTED_TXN data batch's promise: (first offset, producer id << 3 | records)
 GENERATIONS = 50  # clean restarts a child may make; writer ids are child * GENERATIONS + restarts
 # DELETED_TOPIC's writer ids are the writer's times this, plus the deletions it made: they grow
 # with every deletion, so a record of a deleted log is told apart from the new log's
@@ -160,14 +168,14 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
         reported_ms = 0
         deletions = 0
         sequence = 0  # the next sequence of this writer's idempotent producer
-        txn_sequence = 0  # ... of its transactional producer
-        txn_first = None  # the first offset of its open transaction
+        txn_sequence = dict.fromkeys(TXN_LOGS, 0)  # ... of its transactional producer, a log each
+        txn_first: dict[int, int] = {}  # TXN_LOGS' log -> the first offset of its open transaction
         # transactions an earlier writer left open are aborted, as a transaction coordinator
         # aborts a dead producer's when it times out; until then they hold the last stable offset
-        for pid, first in sorted(logs[TRANSACTIONAL].producer_state.ongoing.items()):
-            info = m.append(PARTITIONS[TRANSACTIONAL], marker_batch(logs[TRANSACTIONAL].log_end_offset, pid, True),
-                            assign_offsets=False)
-            os.write(out_fd, MSG.pack(MARKER, TRANSACTIONAL, info.first_offset, first << 24 | pid << 1 | 1))
+        for t in TXN_LOGS:
+            for pid, first in sorted(logs[t].producer_state.ongoing.items()):
+                info = m.append(PARTITIONS[t], marker_batch(logs[t].log_end_offset, pid, True), assign_offsets=False)
+                os.write(out_fd, MSG.pack(MARKER, t, info.first_offset, first << 24 | pid << 1 | 1))
         appends = rng.randint(20, 400) if rng.random() < 0.3 else 1 << 62
         for _ in range(appends):
             i = rng.randrange(len(PARTITIONS))
@@ -187,17 +195,20 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
                 os.write(out_fd, MSG.pack(BATCH, i, info.first_offset, writer << 24 | sequence << 3 | n))
                 sequence += n
                 continue
-            if i == TRANSACTIONAL:  # flush.messages=1: a promise as each append returns
-                if txn_first is not None and rng.random() < 0.3:
+            if i in TXN_LOGS:  # flush.messages=1: a promise as each append returns
+                if i in txn_first and rng.random() < 0.3:
                     aborted = rng.random() < 0.5
                     info = m.append(PARTITIONS[i], marker_batch(leo, writer, aborted), assign_offsets=False)
-                    os.write(out_fd, MSG.pack(MARKER, i, info.first_offset, txn_first << 24 | writer << 1 | aborted))
-                    txn_first = None
+                    first = txn_first.pop(i)
+                    os.write(out_fd, MSG.pack(MARKER, i, info.first_offset, first << 24 | writer << 1 | aborted))
                     continue
-                info = m.append(PARTITIONS[i], transactional_batch(leo, writer, txn_sequence, n))
-                os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, writer))
-                txn_sequence += n
-                txn_first = info.first_offset if txn_first is None else txn_first
+                info = m.append(PARTITIONS[i], transactional_batch(leo, writer, txn_sequence[i], n, i))
+                if i == COMPACTED_TXN:  # the checks need each record's transaction: the cleaner may drop it
+                    os.write(out_fd, MSG.pack(TXN_DATA, i, info.first_offset, writer << 3 | n))
+                else:
+                    os.write(out_fd, MSG.pack(PROMISE, i, info.last_offset + 1, writer))
+                txn_sequence[i] += n
+                txn_first.setdefault(i, info.first_offset)
                 continue
             data = build_batch([Record(leo + k, now, key_of(i, leo + k), value_of(leo + k, author, rng.randint(1, 5)))
                                 for k in range(n)])
@@ -360,9 +371,14 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
                 figures.deletions += 1
             elif kind == MARKER:
                 first, pid, aborted = b >> 24, b >> 1 & ((1 << 23) - 1), bool(b & 1)
-                expected.txns[a] = (pid, first, aborted)
+                expected.txns[(i, a)] = (pid, first, aborted)
                 promises += 1
                 expected.add(i, a + 1, writers[i], starts[i], found.get(i, []))
+            elif kind == TXN_DATA:
+                pid, count = b >> 3, b & 7
+                expected.txn_data.update(dict.fromkeys(range(a, a + count), pid))
+                promises += 1
+                expected.add(i, a + count, pid, starts[i], found.get(i, []))
             elif kind == BATCH:
                 pid, seq, count = b >> 24, b >> 3 & ((1 << 21) - 1), b & 7
                 expected.batches[pid] = (a, seq, count)
@@ -390,7 +406,9 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
            f"({figures.superseded_after_promise} compacted away by records written after the promise); "
            f"{figures.deletions} log deletions promised, {figures.deleted_records_back} deleted logs back; "
            f"{figures.retries} promised idempotent batches sent again, {figures.retries_appended} appended twice; "
-           f"{figures.markers_checked} promised transaction markers found, {figures.markers_lost} lost, "
+           f"{figures.markers_checked} promised transaction markers found, {figures.markers_cleaned} rightly "
+           f"removed by the cleaner, {figures.markers_lost} lost; {figures.aborted_cleaned} promised records of "
+           "aborted transactions cleaned away; "
            f"{figures.open_transactions} open transactions recovered, {figures.transaction_state_wrong} "
            "recovered transaction states wrong; "
            f"dropped at the cuts: {figures.lost_bytes} unsynced bytes, {figures.undone_dir_changes} "

@@ -19,6 +19,7 @@ from logkeeper.records.reader import read_records
 from tests.crash.powercut_checks import (
     CLEANER_PROPS,
     COMPACTED,
+    COMPACTED_TXN,
     DELETED_TOPIC,
     IDEMPOTENT,
     KEYS,
@@ -28,6 +29,7 @@ from tests.crash.powercut_checks import (
     Expected,
     Figures,
     check_compacted,
+    check_compacted_transactions,
     check_contiguous,
     check_image,
     check_no_deleted_records,
@@ -166,7 +168,7 @@ def test_children_start_with_the_topics_overrides_in_place(tmp_path: Path, monke
     m = open_manager([tmp_path / "d0", tmp_path / "d1"], Scheduler())
     m.shutdown()
     assert seen == {"cutfm": -1, "cutms": -1, "cutc": 24 * 1024, "cutd": -1, "cuti": -1,
-                    "cutt": -1}
+                    "cutt": -1, "cutct": 24 * 1024}
 
 
 def test_a_record_of_a_deleted_log_is_caught_wherever_it_is(tmp_path: Path) -> None:
@@ -279,7 +281,7 @@ def test_transactions_recovered_as_the_log_holds_them_pass_and_each_kind_of_loss
             e = Expected()
             e.promised[TRANSACTIONAL] = 8
             e.writer.update({(TRANSACTIONAL, o): 801 + o // 3 for o in range(8)})
-            e.txns.update(txns)
+            e.txns.update({(TRANSACTIONAL, o): t for o, t in txns.items()})
             problems: list[str] = []
             figures = Figures()
             check_transactions(m, TRANSACTIONAL, 8, e, figures, problems)
@@ -302,5 +304,141 @@ def test_transactions_recovered_as_the_log_holds_them_pass_and_each_kind_of_loss
         assert figures.transaction_state_wrong == 1
         assert problems[0].endswith("its producer state holds open transactions {}, the log {803: 6} (producer id: "
                                     "first offset); its last stable offset is 8 with open transactions {803: 6}")
+    finally:
+        m.shutdown()
+
+
+def test_a_cleaned_transactional_log_passes_and_each_kind_of_loss_is_named(tmp_path: Path) -> None:
+    """check_compacted_transactions on a log the real cleaner compacted three times: aborted records
+    and superseded committed ones dropped, then markers whose transaction has no data left removed;
+    what the cleaner rightly dropped is no loss, and each kind of loss is named."""
+    m = _manager(tmp_path)
+    tp = PARTITIONS[COMPACTED_TXN]
+    e = Expected()
+    writers: dict[int, int] = {}
+    sequences: dict[int, int] = {}
+
+    def txn(pid: int, first: int, count: int, end: int | None = None, aborted: bool = False) -> None:
+        m.append(tp, transactional_batch(first, pid, sequences.get(pid, 0), count, COMPACTED_TXN))
+        sequences[pid] = sequences.get(pid, 0) + count
+        e.txn_data.update(dict.fromkeys(range(first, first + count), pid))
+        writers.update(dict.fromkeys(range(first, (end or first + count - 1) + 1), pid))
+        if end is not None:
+            m.append(tp, marker_batch(end, pid, aborted), assign_offsets=False)
+            e.txns[(COMPACTED_TXN, end)] = (pid, first, aborted)
+
+    def clean() -> None:
+        lg.roll()
+        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+        cleaner.install_hooks(m.cleaner_hooks)
+        cleaner.startup()
+        try:
+            assert cleaner.await_cleaned(tp, lg.last_stable_offset, max_wait_ms=60000)
+        finally:
+            cleaner.shutdown()
+
+    def check(expected: Expected) -> tuple[list[str], Figures]:
+        expected.promised[COMPACTED_TXN] = lg.log_end_offset
+        expected.writer.update({(COMPACTED_TXN, o): w for o, w in writers.items()})
+        problems: list[str] = []
+        figures = Figures()
+        check_compacted_transactions(m, COMPACTED_TXN, lg.log_end_offset, expected, figures, problems)
+        return problems, figures
+
+    try:
+        m.update_topic_config(tp.topic, TOPIC_PROPS[tp.topic])
+        lg = m.get_or_create_log(tp)
+        txn(801, 0, 2, 2)  # keys 0-1, committed at 2
+        txn(802, 3, 2, 5, aborted=True)  # keys 3-4, aborted at 5
+        txn(803, 6, 13, 19)  # keys 6-16, then 0-1 again (17-18): 801's are superseded; committed at 19
+        # a later transaction of 801 and of 802: the cleaner keeps a producer's last batch (its
+        # sequence), and with it the marker after it; their first batches may go
+        txn(801, 20, 1, 21)
+        txn(802, 22, 1, 23, aborted=True)
+        clean()  # up to 24: the aborted records and 801's first ones go; the markers stay
+        txn(804, 24, 2)  # open: past the last stable offset, the cleaner leaves it alone
+        problems, figures = check(e)
+        assert problems == []
+        assert (figures.aborted_cleaned, figures.superseded_after_promise, figures.markers_checked,
+                figures.markers_cleaned, figures.open_transactions) == (3, 0, 5, 0, 1)
+        # 803's transaction written after the promises were drained: its records rightly supersede
+        # the last promised ones of keys 0 and 1
+        early = Expected(txns={k: t for k, t in e.txns.items() if t[0] != 803},
+                         txn_data={o: w for o, w in e.txn_data.items() if w != 803})
+        problems, figures = check(early)
+        assert problems == []
+        assert figures.superseded_after_promise == 2
+        m.append(tp, marker_batch(26, 804, False), assign_offsets=False)
+        e.txns[(COMPACTED_TXN, 26)] = (804, 24, False)
+        writers[26] = 804
+        # a marker whose transaction has no data left gets a delete horizon (delete.retention.ms 0:
+        # now) in the next round, and goes in the round after, as in Kafka
+        clean()
+        assert check(e)[1].markers_checked == 6
+        txn(805, 27, 2, 29)
+        clean()
+        problems, figures = check(e)
+        assert problems == []
+        assert (figures.markers_checked, figures.markers_cleaned, figures.open_transactions) == (5, 2, 0)
+
+        wrong = Expected(txns={**e.txns, (COMPACTED_TXN, 19): (803, 6, True)}, txn_data=dict(e.txn_data))
+        problems, figures = check(wrong)  # 803 promised aborted: its records supersede nothing
+        assert f"{tp}: the ABORT marker of producer 803's transaction from 6, promised at 19, is not there " \
+               "(the log has (803, False); records of the transaction left: [6, 9, 12, 13, 14])" in problems
+        assert f"{tp} key b'0': its last promised committed record, offset 0, is gone and no later committed " \
+               "record of the key is there" in problems
+        gone = Expected(txns=dict(e.txns), txn_data={**e.txn_data, 30: 806})
+        assert check(gone)[0] == [f"{tp} offset 30: a promised record of producer 806's transaction, open in the "
+                                  "log, is gone"]
+        txn(807, 30, 2, 32, aborted=True)  # not cleaned: its records are there
+        lg.active_segment.txn_index.reset()  # the index lost its entry: aborted records read as committed
+        problems, figures = check(e)
+        assert problems == [f"{tp} as recovered: its transaction indexes miss aborted transactions with records "
+                            "there [(807, 30, 32)] (producer id, first record, marker)"]
+        assert figures.transaction_state_wrong == 1
+        txn(808, 33, 2)  # open
+        del lg.producer_state.ongoing[808]  # forgotten: its records would read as stable
+        problems, _ = check(e)
+        assert problems[-1].endswith("its producer state holds open transactions {}, the log {808: 33} (producer "
+                                     "id: first offset); its last stable offset is 35 with open transactions "
+                                     "{808: 33}")
+    finally:
+        m.shutdown()
+
+
+
+def test_a_read_of_only_batches_the_cleaner_emptied_does_not_end_the_walk(tmp_path: Path) -> None:
+    """Found by the first power cuts of COMPACTED_TXN: a cleaned segment ended in a batch the
+    cleaner emptied (an aborted transaction's last batch keeps its header: its producer's last
+    sequence), so a read from there held no record; the check, stepping by records, stopped
+    there, and every promised record after it read as lost. Here each batch is a segment of its
+    own (segment.bytes 100), so the read of 902's emptied batch holds nothing else."""
+    m = _manager(tmp_path)
+    tp = PARTITIONS[COMPACTED_TXN]
+    e = Expected()
+    try:
+        m.update_topic_config(tp.topic, {**TOPIC_PROPS[tp.topic], "segment.bytes": 100})
+        lg = m.get_or_create_log(tp)
+        for pid, first, aborted in ((901, 0, False), (902, 3, True), (903, 6, False)):
+            m.append(tp, transactional_batch(first, pid, 0, 2, COMPACTED_TXN))
+            m.append(tp, marker_batch(first + 2, pid, aborted), assign_offsets=False)
+            e.txn_data.update({first: pid, first + 1: pid})
+            e.txns[(COMPACTED_TXN, first + 2)] = (pid, first, aborted)
+            e.writer.update({(COMPACTED_TXN, o): pid for o in range(first, first + 3)})
+        lg.roll()
+        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+        cleaner.install_hooks(m.cleaner_hooks)
+        cleaner.startup()
+        try:
+            assert cleaner.await_cleaned(tp, lg.last_stable_offset, max_wait_ms=60000)
+        finally:
+            cleaner.shutdown()
+        assert read_records(m.read(tp, 3, 1 << 20).records) == []  # 902's batch: emptied, alone
+        e.promised[COMPACTED_TXN] = lg.log_end_offset
+        problems: list[str] = []
+        figures = Figures()
+        check_compacted_transactions(m, COMPACTED_TXN, lg.log_end_offset, e, figures, problems)
+        assert problems == []
+        assert (figures.records_checked, figures.aborted_cleaned, figures.markers_checked) == (4, 2, 3)
     finally:
         m.shutdown()
