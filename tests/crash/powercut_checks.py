@@ -1,7 +1,8 @@
-"""The power-cut test's workload and its checks: the partitions and their configs, the values
-the children write, what the disks must hold after a cut (``Expected``) and the checks of a
-recovered image. Kept apart from the FUSE machinery (test_power_cut.py) so that the checks can
-be tested on their own (test_power_cut_checks.py)."""
+"""The power-cut test's workload and its checks of records: the partitions and their configs,
+the values the children write, what the disks must hold after a cut (``Expected``) and the
+checks of a recovered log's records. The transactional logs' checks are in powercut_txn_checks.py,
+the check of a whole recovered image in powercut_image.py. Kept apart from the FUSE machinery
+(test_power_cut.py) so that the checks can be tested on their own (test_power_cut_checks.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from logkeeper.cleaner.txn import collect_aborted
 from logkeeper.errors import KafkaStorageError, OutOfOrderSequenceError
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
-from logkeeper.log.producer_state import end_txn_marker_of
 from logkeeper.log.scheduler import Scheduler
-from logkeeper.records.builder import Record, build_batch, build_marker_batch
-from logkeeper.records.control import ControlType
-from logkeeper.records.reader import iter_batches, read_records
-from logkeeper.tools.verify import verify_path
+from logkeeper.records.builder import Record, build_batch
+from logkeeper.records.reader import read_records
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
               TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0),
@@ -59,7 +54,6 @@ TOPIC_PROPS: dict[str, dict[str, Any]] = {
 }
 CLEANER_PROPS = {"log.cleaner.backoff.ms": 10, "log.cleaner.dedupe.buffer.size": 1 << 20,
                  "log.cleaner.io.buffer.size": 64 * 1024}
-TEMP_SUFFIXES = (".tmp", ".cleaned", ".swap", ".deleted")
 
 
 def manager_props(dirs: list[Path]) -> dict[str, Any]:
@@ -333,217 +327,6 @@ def idempotent_batch(base_offset: int, producer_id: int, base_sequence: int, cou
                        base_sequence=base_sequence)
 
 
-def transactional_batch(base_offset: int, producer_id: int, base_sequence: int, count: int,
-                        partition: int = TRANSACTIONAL) -> bytes:
-    """A data batch of TXN_LOGS' ``partition``: ``idempotent_batch``'s, in a transaction (keyed as
-    ``key_of`` keys that partition's records)."""
-    now = int(time.time() * 1000)
-    return build_batch([Record(base_offset + k, now, key_of(partition, base_offset + k),
-                               value_of(base_offset + k, producer_id, 1))
-                        for k in range(count)], producer_id=producer_id, producer_epoch=0,
-                       base_sequence=base_sequence, is_transactional=True)
-
-
-def marker_batch(offset: int, producer_id: int, aborted: bool) -> bytes:
-    """The marker ending producer ``producer_id``'s transaction at ``offset`` (appended as the
-    transaction coordinator's WriteTxnMarkers does: at its own offset, ``assign_offsets=False``)."""
-    return build_marker_batch(ControlType.ABORT if aborted else ControlType.COMMIT, offset=offset,
-                              timestamp=int(time.time() * 1000), producer_id=producer_id, producer_epoch=0)
-
-
-def scan_transactions(m: LogManager, tp: TopicPartition) -> tuple[dict[int, tuple[int, bool]], dict[int, int],
-                                                                   set[tuple[int, int, int]]]:
-    """What ``tp``'s log itself says, batch by batch from its start: its markers (offset ->
-    (producer id, aborted)), the transactions it leaves open (producer id -> first offset) and the
-    aborted ones (producer id, first offset, marker offset). Stops at an unreadable offset (the
-    contiguity check names it)."""
-    lg = m.get_log(tp)
-    assert lg is not None
-    markers: dict[int, tuple[int, bool]] = {}
-    ongoing: dict[int, int] = {}
-    aborted: set[tuple[int, int, int]] = set()
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        try:
-            data = m.read(tp, offset, 1 << 20).records
-        except Exception:  # named by check_contiguous
-            break
-        if not data:
-            break
-        for batch in iter_batches(np.frombuffer(data, dtype=np.uint8)):
-            h = batch.header
-            offset = h.base_offset + h.last_offset_delta + 1
-            if not h.is_transactional:
-                continue
-            if not h.is_control:
-                ongoing.setdefault(h.producer_id, h.base_offset)
-                continue
-            marker = end_txn_marker_of(memoryview(data)[batch.position:], h)
-            if marker is None:  # an empty control batch: the cleaner removed the marker and kept
-                continue  # the batch for its producer's last sequence (Kafka's RETAIN_EMPTY)
-            is_abort = marker.control_type == ControlType.ABORT
-            markers[h.base_offset] = (h.producer_id, is_abort)
-            first = ongoing.pop(h.producer_id, None)
-            if first is not None and is_abort:
-                aborted.add((h.producer_id, first, h.base_offset))
-    return markers, ongoing, aborted
-
-
-def check_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
-                       problems: list[str]) -> None:
-    """TRANSACTIONAL's records as ``check_contiguous``'s; each promised marker is in the log as
-    promised; and what recovery rebuilt agrees with the log: the transaction index lists exactly
-    the aborted transactions (a read_committed consumer skips by it), and the producer state holds
-    open exactly the transactions without a marker (the last stable offset is the first of them)."""
-    tp = PARTITIONS[i]
-    lg = m.get_log(tp)
-    assert lg is not None
-    markers, ongoing, aborted = scan_transactions(m, tp)
-    check_contiguous(m, i, want, expected, figures, problems, frozenset(markers))
-    for (j, offset), (pid, first, is_abort) in sorted(expected.txns.items()):
-        if j != i:
-            continue
-        if markers.get(offset) == (pid, is_abort) and (not is_abort or (pid, first, offset) in aborted):
-            figures.markers_checked += 1
-            continue
-        figures.markers_lost += 1
-        problems.append(f"{tp}: the {'ABORT' if is_abort else 'COMMIT'} marker of producer {pid}'s transaction "
-                        f"from {first}, promised at {offset}, is not there (the log has {markers.get(offset)})")
-    indexed = {(t.producer_id, t.first_offset, t.last_offset)
-               for t in collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)}
-    figures.open_transactions += len(ongoing)
-    wrong = []
-    if indexed != aborted:
-        wrong.append(f"its transaction indexes list aborted transactions {sorted(indexed - aborted)} that the log "
-                     f"does not hold and miss {sorted(aborted - indexed)} (producer id, first offset, marker)")
-    if lg.producer_state.ongoing != ongoing:
-        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
-                     "(producer id: first offset)")
-    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
-        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
-    if wrong:
-        figures.transaction_state_wrong += 1
-        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
-
-
-def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
-                                 problems: list[str]) -> None:
-    """COMPACTED_TXN, cleaned while transactions were written and the power cut:
-
-    - every record there holds what was written at its offset (``check_record``);
-    - a promised record of a transaction the log leaves open is there (the cleaner must stop at
-      the last stable offset);
-    - each key's last promised committed record is there, or a later committed record of the key
-      is (a record of an aborted or open transaction supersedes nothing);
-    - each promised marker is there as promised, or the cleaner removed it with every record of
-      its transaction (a marker goes only when its transaction has no data left);
-    - what recovery rebuilt agrees with the log: each aborted transaction with records there is
-      in the transaction index (a read_committed consumer skips by it), each index entry has its
-      ABORT marker there, and the producer state holds open exactly what the log leaves open."""
-    tp = PARTITIONS[i]
-    lg = m.get_log(tp)
-    assert lg is not None
-    markers, ongoing, aborted = scan_transactions(m, tp)
-    ends: dict[int, list[tuple[int, bool]]] = {}  # producer id -> its markers (offset, aborted), in order
-    for offset, (pid, is_abort) in sorted(markers.items()):
-        ends.setdefault(pid, []).append((offset, is_abort))
-    promised_ends = {(pid, first): (offset, is_abort)
-                     for (j, offset), (pid, first, is_abort) in expected.txns.items() if j == i}
-
-    def outcome(offset: int, pid: int) -> bool | None:
-        """Whether the transaction of ``pid``'s record at ``offset`` committed (None: still open),
-        by its promised marker, else by the first marker of ``pid`` after it in the log."""
-        for (p, first), (end, is_abort) in promised_ends.items():
-            if p == pid and first <= offset < end:
-                return not is_abort
-        return next((not is_abort for end, is_abort in ends.get(pid, []) if end > offset), None)
-
-    present: dict[int, Any] = {}  # offset -> data record
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        try:
-            data = m.read(tp, offset, 1 << 20).records
-        except Exception as e:
-            problems.append(f"{tp} offset {offset} unreadable: {e}")
-            break
-        if not data:
-            break
-        # stepped by batches, not records: a read may hold only batches the cleaner emptied (a
-        # producer's last batch keeps its header) or markers
-        last = list(iter_batches(np.frombuffer(data, dtype=np.uint8)))[-1].header
-        start, offset = offset, last.base_offset + last.last_offset_delta + 1
-        for rec in read_records(data):
-            if rec.offset < start or rec.offset in markers:
-                continue
-            present[rec.offset] = rec
-            if rec.offset < want:
-                figures.records_checked += 1
-                figures.records_lost += not check_record(i, rec, expected, problems)
-            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
-                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
-                                f"value {rec.value!r}")
-
-    last_committed: dict[bytes | None, int] = {}  # key -> its last promised committed record
-    for offset, pid in sorted(expected.txn_data.items()):
-        committed = outcome(offset, pid)
-        if committed is None and offset not in present:
-            figures.records_lost += 1
-            problems.append(f"{tp} offset {offset}: a promised record of producer {pid}'s transaction, "
-                            "open in the log, is gone")
-        elif committed is False and offset not in present:
-            figures.aborted_cleaned += 1
-        elif committed:
-            last_committed[key_of(i, offset)] = offset
-    for key, offset in sorted(last_committed.items()):
-        if offset in present:
-            continue
-        later = [o for o, rec in present.items() if o > offset and rec.key == key
-                 and outcome(o, (parse_value(rec.value) or (0, -1))[1])]
-        if later:
-            figures.superseded_after_promise += 1
-        else:
-            figures.records_lost += 1
-            problems.append(f"{tp} key {key!r}: its last promised committed record, offset {offset}, is gone "
-                            "and no later committed record of the key is there")
-
-    for (j, offset), (pid, first, is_abort) in sorted(expected.txns.items()):
-        if j != i:
-            continue
-        left = [o for o, rec in present.items() if first <= o < offset
-                and (parse_value(rec.value) or (0, -1))[1] == pid]
-        if markers.get(offset) == (pid, is_abort):
-            figures.markers_checked += 1
-        elif offset not in markers and not left:
-            figures.markers_cleaned += 1
-        else:
-            figures.markers_lost += 1
-            problems.append(f"{tp}: the {'ABORT' if is_abort else 'COMMIT'} marker of producer {pid}'s transaction "
-                            f"from {first}, promised at {offset}, is not there (the log has {markers.get(offset)}; "
-                            f"records of the transaction left: {left[:5]})")
-
-    indexed = collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)
-    figures.open_transactions += len(ongoing)
-    wrong = []
-    unindexed = sorted((pid, first, end) for pid, first, end in aborted
-                       if not any(t.producer_id == pid and t.last_offset == end and t.first_offset <= first
-                                  for t in indexed))
-    if unindexed:
-        wrong.append(f"its transaction indexes miss aborted transactions with records there {unindexed} "
-                     "(producer id, first record, marker)")
-    stray = sorted((t.producer_id, t.first_offset, t.last_offset) for t in indexed
-                   if markers.get(t.last_offset) != (t.producer_id, True))
-    if stray:
-        wrong.append(f"its transaction indexes list aborted transactions {stray} without their ABORT marker")
-    if lg.producer_state.ongoing != ongoing:
-        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
-                     "(producer id: first offset)")
-    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
-        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
-    if wrong:
-        figures.transaction_state_wrong += 1
-        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
-
-
 def check_retries(m: LogManager, expected: Expected, figures: Figures, problems: list[str]) -> None:
     """Send each producer's last promised batch again, as a client does when the power cut took
     its answer: it must be answered as a duplicate with its offsets, or refused as out of order when
@@ -572,42 +355,3 @@ def check_retries(m: LogManager, expected: Expected, figures: Figures, problems:
             problems.append(f"{tp}: the retry of producer {pid}'s promised batch at {base} (sequence {seq}) "
                             f"was appended again at {info.first_offset} (the log ended at {end}): "
                             "its producer state was lost")
-
-
-def _pending_removal(path: Path, log_dir: Path) -> bool:
-    """Inside a ``-delete`` directory: the whole directory goes, temporary files and all."""
-    return path.relative_to(log_dir).parts[0].endswith("-delete")
-
-
-def check_image(dirs: list[Path], expected: Expected, figures: Figures, where: str) -> None:
-    """Recover ``dirs`` with a fresh LogManager and check every promise (see the module doc)."""
-    m = open_manager(dirs, Scheduler())  # no thread: no task runs while the image is checked
-    problems: list[str] = []
-    try:
-        for i, tp in enumerate(PARTITIONS):
-            want = expected.promised.get(i, 0)
-            lg = m.get_log(tp)
-            if lg is None:
-                if want:
-                    problems.append(f"{tp} promised up to {want} is missing")
-                    figures.records_lost += want
-                continue
-            if lg.log_end_offset < want:
-                problems.append(f"{tp} ends at {lg.log_end_offset}, promised up to {want}")
-            if i in NO_RETENTION and lg.log_start_offset != 0:
-                problems.append(f"{tp} starts at {lg.log_start_offset} without retention")
-            check = {COMPACTED: check_compacted, TRANSACTIONAL: check_transactions,
-                     COMPACTED_TXN: check_compacted_transactions}.get(i, check_contiguous)
-            check(m, i, want, expected, figures, problems)
-            check_no_deleted_records(m, i, expected, figures, problems)
-        for d in dirs:
-            report = verify_path(d)
-            if not report.ok:
-                problems.append(f"verify {d}: " + "; ".join(map(str, report.problems[:5])))
-            left = [str(p) for p in d.rglob("*") if p.name.endswith(TEMP_SUFFIXES) and not _pending_removal(p, d)]
-            if left:
-                problems.append(f"temporary files left in {d}: {left}")
-        check_retries(m, expected, figures, problems)
-    finally:
-        m.shutdown()
-    assert not problems, f"{where}: " + "; ".join(problems[:8])

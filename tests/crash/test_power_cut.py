@@ -66,7 +66,11 @@ seen under load; ``test_power_cut_checks.py`` keeps each as a regression test):
   it until the next child appends;
 - between draining the pipe and the cut the child goes on: appends (durable, not yet promised),
   a roll, a cleaning that drops a promised record superseded by one of those appends. Compaction
-  keeps each key's newest record, so a later record of the key stands for the promised one.
+  keeps each key's newest record, so a later record of the key stands for the promised one;
+- in that window it may also delete ``cutd``'s log, its rename durable before the cut: the log's
+  promises no longer hold ("cutd-0 promised up to 49 is missing", cut 7 of the default seed once,
+  when ``cutct`` joined the partitions). The pipe is read again after the child is killed, and a
+  deletion it announces there forgets the log's promises as one announced before the drain does.
 
 And one mistake of the test's own: its children gave the topics' overrides after starting the
 LogManager, so a retention run in between could apply the broker's retention.bytes to a topic
@@ -104,14 +108,13 @@ from tests.crash.powercut_checks import (
     TXN_LOGS,
     Expected,
     Figures,
-    check_image,
     idempotent_batch,
     key_of,
-    marker_batch,
     open_manager,
-    transactional_batch,
     value_of,
 )
+from tests.crash.powercut_image import check_image
+from tests.crash.powercut_txn_checks import marker_batch, transactional_batch
 
 CUTS = int(os.environ.get("LOGKEEPER_POWER_CUTS", "20"))
 EPOCH = 12  # cuts in a row on the same disks before they start empty again (loads stay short)
@@ -230,9 +233,11 @@ def child(dirs: list[Path], out_fd: int, child_id: int, seed: int) -> None:  # p
 
 
 def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon: Daemon, cut_seed: int,
-              torn: bool, image_out: Path) -> tuple[list[tuple[int, int, int, int]], dict[str, Any]]:
+              torn: bool, image_out: Path) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int, int, int]],
+                                                    dict[str, Any]]:
     """Run a child on the mount, cut the power after ``delay_s``; return the messages seen before
-    the cut and the cut's figures."""
+    the cut, those the child sent between the drain and its end (``late``: their promises do not
+    count, but a deletion they announce may have happened before the cut), and the cut's figures."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
@@ -267,12 +272,20 @@ def run_child(dirs: list[Path], child_id: int, seed: int, delay_s: float, daemon
     if not done:  # after the cut the child fails on EIO in any way it likes; kill it anyway
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+    late = bytearray()
+    try:
+        while chunk := os.read(r, 65536):
+            late += chunk
+    except BlockingIOError:
+        pass
     os.close(r)
     if done:
         raise AssertionError(f"child {child_id} (seed {seed}) died before the power cut: exit status "
                              f"{os.waitstatus_to_exitcode(status)}")
-    whole = len(data) - len(data) % MSG.size
-    return [MSG.unpack_from(data, k) for k in range(0, whole, MSG.size)], figures
+    def unpack(b: bytearray) -> list[tuple[int, int, int, int]]:
+        return [MSG.unpack_from(b, k) for k in range(0, len(b) - len(b) % MSG.size, MSG.size)]
+
+    return unpack(data), unpack(data[len(data) - len(data) % MSG.size:] + late), figures
 
 
 def warm_up(tmp_path: Path) -> None:
@@ -341,7 +354,7 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
         out = tmp_path / f"image-{n}"
         daemon = Daemon(image, mount)
         try:
-            messages, cut = run_child(dirs_on_mount, n + 1, seed, delay, daemon, cut_seed, torn, out)
+            messages, late, cut = run_child(dirs_on_mount, n + 1, seed, delay, daemon, cut_seed, torn, out)
         finally:
             daemon.stop()
         figures.cuts += 1
@@ -387,6 +400,9 @@ def test_power_cuts_lose_nothing_promised(tmp_path: Path) -> None:
             else:
                 promises += 1
                 expected.add(i, a, b, starts[i], found.get(i, []))
+        for kind, i, _, _ in late:  # a deletion begun after the drain may be done before the cut
+            if kind == DELETING:
+                expected.forget(i)
         if os.environ.get("LOGKEEPER_CRASH_KEEP"):  # for a post-mortem: the child's messages, the
             # last two cuts' (the image a failing cut started from was written by the cut before)
             (tmp_path / f"messages-{n}.txt").write_text("\n".join(map(str, messages)) + "\n")

@@ -29,19 +29,21 @@ from tests.crash.powercut_checks import (
     Expected,
     Figures,
     check_compacted,
-    check_compacted_transactions,
     check_contiguous,
-    check_image,
     check_no_deleted_records,
     check_retries,
-    check_transactions,
     idempotent_batch,
     key_of,
     manager_props,
-    marker_batch,
     open_manager,
-    transactional_batch,
     value_of,
+)
+from tests.crash.powercut_image import check_image
+from tests.crash.powercut_txn_checks import (
+    check_compacted_transactions,
+    check_transactions,
+    marker_batch,
+    transactional_batch,
 )
 
 PLAIN = 3  # cutms-0: neither compacted nor under retention
