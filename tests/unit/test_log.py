@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -293,6 +294,36 @@ def test_aborted_transaction_goes_to_txn_index_and_lso(tmp_path: Path) -> None:
     reloaded = make_log(tmp_path)
     assert [e.last_offset for e in reloaded.active_segment.txn_index.entries] == [4]
     reloaded.close()
+
+
+def test_no_reader_sees_an_appended_transaction_below_the_last_stable_offset(tmp_path: Path) -> None:
+    """Found by the power-cut test's compacted transactional log: the append published the new log
+    end offset before the producer state knew the transaction its batch opened, so a reader without
+    the log's lock (the cleaner choosing how far to clean, a read_committed fetch) could see the
+    last stable offset past the transaction's records. The cleaner then let them supersede committed
+    records of their keys, and the transaction aborted: the keys' committed values were gone."""
+    log = make_log(tmp_path)
+    log.append(batch(2))
+    seen: list[int] = []
+    on_appended = log.producer_state.on_appended
+
+    def watched(*args: Any) -> Any:  # what a reader sees while the producer state is updated
+        seen.append(log.last_stable_offset)
+        try:
+            return on_appended(*args)
+        finally:
+            seen.append(log.last_stable_offset)
+
+    log.producer_state.on_appended = watched  # type: ignore[method-assign]
+    txn = build_batch([Record(0, NOW_MS, b"a", b"1"), Record(1, NOW_MS, b"b", b"2")], producer_id=7,
+                      producer_epoch=0, base_sequence=0, is_transactional=True)
+    log.append(txn)
+    assert seen == [2, 2]
+    log.append(build_marker_batch(ControlType.COMMIT, offset=4, timestamp=NOW_MS, producer_id=7, producer_epoch=0),
+               assign_offsets=False)
+    assert seen[2:] == [2, 4]  # the marker's own offset is not stable until the end offset passes it
+    assert log.last_stable_offset == log.log_end_offset == 5
+    log.close()
 
 
 def test_reload_after_clean_close_keeps_everything(tmp_path: Path) -> None:

@@ -223,14 +223,21 @@ class Log:
                     f"{config.segment_bytes} of {self.name}")
             segment = self._maybe_roll(request.size, max_ts, last_offset, bases[0], now)
             segment.append(entries, out, header)
-            self.log_end_offset = last_offset + 1
-            if request.has_transactional or request.has_producer_id:
-                for entry in self.producer_state.on_appended(out, request, bases):
-                    # a segment's first aborted transaction creates its index file: the next
-                    # flush must fsync the directory before the recovery point moves past it
-                    # (recovery trusts the index files it finds below the recovery point)
-                    if self.active_segment.txn_index.append(entry):
-                        self._dir_dirty = True
+            # the producer state first, then the log end offset: the last stable offset is read
+            # without the lock (the cleaner's bound, read_committed fetches), and a new end offset
+            # seen before the transaction it opens would put the transaction's records below it
+            # (the cleaner let such records supersede committed ones, and then the transaction
+            # aborted: found by the power-cut test's compacted transactional log)
+            try:
+                if request.has_transactional or request.has_producer_id:
+                    for entry in self.producer_state.on_appended(out, request, bases):
+                        # a segment's first aborted transaction creates its index file: the next
+                        # flush must fsync the directory before the recovery point moves past it
+                        # (recovery trusts the index files it finds below the recovery point)
+                        if self.active_segment.txn_index.append(entry):
+                            self._dir_dirty = True
+            finally:
+                self.log_end_offset = last_offset + 1
             self.unflushed_messages += request.num_records
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()
