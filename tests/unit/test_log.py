@@ -296,32 +296,41 @@ def test_aborted_transaction_goes_to_txn_index_and_lso(tmp_path: Path) -> None:
     reloaded.close()
 
 
-def test_no_reader_sees_an_appended_transaction_below_the_last_stable_offset(tmp_path: Path) -> None:
-    """Found by the power-cut test's compacted transactional log: the append published the new log
-    end offset before the producer state knew the transaction its batch opened, so a reader without
-    the log's lock (the cleaner choosing how far to clean, a read_committed fetch) could see the
-    last stable offset past the transaction's records. The cleaner then let them supersede committed
-    records of their keys, and the transaction aborted: the keys' committed values were gone."""
+def test_no_reader_sees_a_transaction_below_the_last_stable_offset_before_its_state_is_in_place(
+        tmp_path: Path) -> None:
+    """Found by the power-cut test's compacted transactional log: the last stable offset was
+    computed on each read from the log end offset and the producer state, and the append moved the
+    end offset before the producer state knew the transaction its batch opened; a marker's append
+    closed the transaction before its abort was in the transaction index. A reader without the
+    log's lock (the cleaner choosing how far to clean, a read_committed fetch) could see the
+    transaction's records below the last stable offset in both windows: the cleaner let them
+    supersede committed records of their keys, and the transaction then aborted."""
     log = make_log(tmp_path)
     log.append(batch(2))
-    seen: list[int] = []
+    seen: list[tuple[str, int]] = []  # (step, what a reader sees then)
     on_appended = log.producer_state.on_appended
+    index_append = log.active_segment.txn_index.append
 
-    def watched(*args: Any) -> Any:  # what a reader sees while the producer state is updated
-        seen.append(log.last_stable_offset)
+    def watched_state(*args: Any) -> Any:
+        seen.append(("state", log.last_stable_offset))
         try:
             return on_appended(*args)
         finally:
-            seen.append(log.last_stable_offset)
+            seen.append(("state done", log.last_stable_offset))
 
-    log.producer_state.on_appended = watched  # type: ignore[method-assign]
+    def watched_index(*args: Any) -> Any:
+        seen.append(("index", log.last_stable_offset))
+        return index_append(*args)
+
+    log.producer_state.on_appended = watched_state  # type: ignore[method-assign]
+    log.active_segment.txn_index.append = watched_index  # type: ignore[method-assign]
     txn = build_batch([Record(0, NOW_MS, b"a", b"1"), Record(1, NOW_MS, b"b", b"2")], producer_id=7,
                       producer_epoch=0, base_sequence=0, is_transactional=True)
-    log.append(txn)
-    assert seen == [2, 2]
-    log.append(build_marker_batch(ControlType.COMMIT, offset=4, timestamp=NOW_MS, producer_id=7, producer_epoch=0),
+    log.append(txn)  # offsets 2-3: the transaction opens at 2
+    assert log.last_stable_offset == 2
+    log.append(build_marker_batch(ControlType.ABORT, offset=4, timestamp=NOW_MS, producer_id=7, producer_epoch=0),
                assign_offsets=False)
-    assert seen[2:] == [2, 4]  # the marker's own offset is not stable until the end offset passes it
+    assert seen == [("state", 2), ("state done", 2), ("state", 2), ("state done", 2), ("index", 2)]
     assert log.last_stable_offset == log.log_end_offset == 5
     log.close()
 

@@ -99,6 +99,7 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = clock_ms()
         self.producer_state = ProducerStateManager()
+        self._stable = self.log_end_offset  # published by _set_end and _rebuild_producer_state
         self._pending_deletes = PendingDeletes(clock_ms)
         self._unsynced_snapshots: list[int] = []  # written by rolls, fsynced by the flush past them
         self.closed = False
@@ -158,7 +159,19 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.producer_state.last_stable_offset(self.log_end_offset)
+        """Below it every transaction is decided. Read without the log's lock (the cleaner's
+        bound, read_committed fetches), so it is a published value (``_set_end``), moved only once
+        an append's changes are all in place: the transaction a batch opens in the producer state,
+        the abort a marker writes in the transaction index. Computed from the log end offset and
+        the producer state on each read, it once ran ahead of them: the cleaner let a transaction's
+        records supersede committed ones, then the transaction aborted (found by the power-cut
+        test's compacted transactional log)."""
+        return self._stable
+
+    def _set_end(self, offset: int) -> None:
+        """(Lock held.) Move the log end offset and publish the last stable offset with it."""
+        self.log_end_offset = offset
+        self._stable = self.producer_state.last_stable_offset(offset)
 
     def now_ms(self) -> int:
         return self._clock()
@@ -223,12 +236,7 @@ class Log:
                     f"{config.segment_bytes} of {self.name}")
             segment = self._maybe_roll(request.size, max_ts, last_offset, bases[0], now)
             segment.append(entries, out, header)
-            # the producer state first, then the log end offset: the last stable offset is read
-            # without the lock (the cleaner's bound, read_committed fetches), and a new end offset
-            # seen before the transaction it opens would put the transaction's records below it
-            # (the cleaner let such records supersede committed ones, and then the transaction
-            # aborted: found by the power-cut test's compacted transactional log)
-            try:
+            try:  # the producer state and transaction index first: _set_end publishes from them
                 if request.has_transactional or request.has_producer_id:
                     for entry in self.producer_state.on_appended(out, request, bases):
                         # a segment's first aborted transaction creates its index file: the next
@@ -237,7 +245,7 @@ class Log:
                         if self.active_segment.txn_index.append(entry):
                             self._dir_dirty = True
             finally:
-                self.log_end_offset = last_offset + 1
+                self._set_end(last_offset + 1)
             self.unflushed_messages += request.num_records
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()
@@ -281,7 +289,7 @@ class Log:
                 segment = self._maybe_roll(size, max_ts, last_offset, base, now)
             # the new header is the base offset alone: the rest of it is the request's
             segment.append_batch(data, pack_base_offset(base), last_offset, max_ts)
-            self.log_end_offset = last_offset + 1
+            self._set_end(last_offset + 1)
             self.unflushed_messages += count
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()
@@ -294,7 +302,8 @@ class Log:
         whose transaction index the load rebuilt, which the scan must cover (it re-adds their
         aborted transactions)."""
         self.producer_state = producer_snapshot.restore(self.dir, self.segments, self.log_end_offset, scan_from)
-        self.remove_expired_producers()
+        self._set_end(self.log_end_offset)
+        self.remove_expired_producers()  # never a producer with an open transaction: nothing to publish
 
     def remove_expired_producers(self) -> int:
         """Forget the producers idle for producer.id.expiration.ms (producer_state.py); how many."""
@@ -415,7 +424,7 @@ class Log:
                 # valid batches, above a recovery point that new appends then move past
                 floor.flush()
             self._sync_dir()
-            self.log_end_offset = self.active_segment.read_next_offset()
+            self._set_end(self.active_segment.read_next_offset())
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self._rebuild_producer_state()  # deletes the snapshots above the new end first
@@ -431,10 +440,10 @@ class Log:
             producer_snapshot.delete_above(self.dir, -1)
             self._unsynced_snapshots.clear()
             self._sync_dir()
-            self.log_end_offset = new_offset
+            self.producer_state = ProducerStateManager()
+            self._set_end(new_offset)
             self.log_start_offset = new_offset
             self.recovery_point = new_offset
-            self.producer_state = ProducerStateManager()
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         with self._lock:
