@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from logkeeper.cleaner.txn import collect_aborted
+from logkeeper.log.log import Log
 from logkeeper.log.manager import LogManager
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.producer_state import end_txn_marker_of
@@ -84,6 +85,20 @@ def scan_transactions(m: LogManager, tp: TopicPartition) -> tuple[dict[int, tupl
     return markers, ongoing, aborted
 
 
+def report_recovered_state(lg: Log, ongoing: dict[int, int], wrong: list[str], figures: Figures,
+                           problems: list[str]) -> None:
+    """Add to ``wrong`` (what the log's transaction indexes got wrong) what its producer state got
+    wrong: the open transactions (``ongoing``: the log's own) and the last stable offset; report."""
+    if lg.producer_state.ongoing != ongoing:
+        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
+                     "(producer id: first offset)")
+    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
+        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
+    if wrong:
+        figures.transaction_state_wrong += 1
+        problems.append(f"{lg.topic_partition} as recovered: " + "; ".join(wrong))
+
+
 def check_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
                        problems: list[str]) -> None:
     """TRANSACTIONAL's records as ``check_contiguous``'s; each promised marker is in the log as
@@ -111,14 +126,7 @@ def check_transactions(m: LogManager, i: int, want: int, expected: Expected, fig
     if indexed != aborted:
         wrong.append(f"its transaction indexes list aborted transactions {sorted(indexed - aborted)} that the log "
                      f"does not hold and miss {sorted(aborted - indexed)} (producer id, first offset, marker)")
-    if lg.producer_state.ongoing != ongoing:
-        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
-                     "(producer id: first offset)")
-    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
-        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
-    if wrong:
-        figures.transaction_state_wrong += 1
-        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
+    report_recovered_state(lg, ongoing, wrong, figures, problems)
 
 
 def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
@@ -229,11 +237,4 @@ def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Exp
                    if markers.get(t.last_offset) != (t.producer_id, True))
     if stray:
         wrong.append(f"its transaction indexes list aborted transactions {stray} without their ABORT marker")
-    if lg.producer_state.ongoing != ongoing:
-        wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
-                     "(producer id: first offset)")
-    if lg.last_stable_offset != min(ongoing.values(), default=lg.log_end_offset):
-        wrong.append(f"its last stable offset is {lg.last_stable_offset} with open transactions {ongoing}")
-    if wrong:
-        figures.transaction_state_wrong += 1
-        problems.append(f"{tp} as recovered: " + "; ".join(wrong))
+    report_recovered_state(lg, ongoing, wrong, figures, problems)

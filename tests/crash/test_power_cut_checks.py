@@ -13,6 +13,7 @@ from logkeeper.cleaner.config import CleanerConfig
 from logkeeper.cleaner.log_cleaner import LogCleaner
 from logkeeper.log.manager import LogManager
 from logkeeper.log.manager_config import ManagerConfig
+from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import Scheduler
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.records.reader import read_records
@@ -311,6 +312,20 @@ def test_transactions_recovered_as_the_log_holds_them_pass_and_each_kind_of_loss
         m.shutdown()
 
 
+def _roll_and_clean(m: LogManager, tp: TopicPartition) -> None:
+    """Roll ``tp``'s log and run the cleaner until it has cleaned up to the last stable offset."""
+    lg = m.get_log(tp)
+    assert lg is not None
+    lg.roll()
+    cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
+    cleaner.install_hooks(m.cleaner_hooks)
+    cleaner.startup()
+    try:
+        assert cleaner.await_cleaned(tp, lg.last_stable_offset, max_wait_ms=60000)
+    finally:
+        cleaner.shutdown()
+
+
 def test_a_cleaned_transactional_log_passes_and_each_kind_of_loss_is_named(tmp_path: Path) -> None:
     """check_compacted_transactions on a log the real cleaner compacted three times: aborted records
     and superseded committed ones dropped, then markers whose transaction has no data left removed;
@@ -330,16 +345,6 @@ def test_a_cleaned_transactional_log_passes_and_each_kind_of_loss_is_named(tmp_p
             m.append(tp, marker_batch(end, pid, aborted), assign_offsets=False)
             e.txns[(COMPACTED_TXN, end)] = (pid, first, aborted)
 
-    def clean() -> None:
-        lg.roll()
-        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
-        cleaner.install_hooks(m.cleaner_hooks)
-        cleaner.startup()
-        try:
-            assert cleaner.await_cleaned(tp, lg.last_stable_offset, max_wait_ms=60000)
-        finally:
-            cleaner.shutdown()
-
     def check(expected: Expected) -> tuple[list[str], Figures]:
         expected.promised[COMPACTED_TXN] = lg.log_end_offset
         expected.writer.update({(COMPACTED_TXN, o): w for o, w in writers.items()})
@@ -358,7 +363,7 @@ def test_a_cleaned_transactional_log_passes_and_each_kind_of_loss_is_named(tmp_p
         # sequence), and with it the marker after it; their first batches may go
         txn(801, 20, 1, 21)
         txn(802, 22, 1, 23, aborted=True)
-        clean()  # up to 24: the aborted records and 801's first ones go; the markers stay
+        _roll_and_clean(m, tp)  # up to 24: the aborted records and 801's first ones go; the markers stay
         txn(804, 24, 2)  # open: past the last stable offset, the cleaner leaves it alone
         problems, figures = check(e)
         assert problems == []
@@ -376,10 +381,10 @@ def test_a_cleaned_transactional_log_passes_and_each_kind_of_loss_is_named(tmp_p
         writers[26] = 804
         # a marker whose transaction has no data left gets a delete horizon (delete.retention.ms 0:
         # now) in the next round, and goes in the round after, as in Kafka
-        clean()
+        _roll_and_clean(m, tp)
         assert check(e)[1].markers_checked == 6
         txn(805, 27, 2, 29)
-        clean()
+        _roll_and_clean(m, tp)
         problems, figures = check(e)
         assert problems == []
         assert (figures.markers_checked, figures.markers_cleaned, figures.open_transactions) == (5, 2, 0)
@@ -429,14 +434,7 @@ def test_a_read_of_only_batches_the_cleaner_emptied_does_not_end_the_walk(tmp_pa
             e.txn_data.update({first: pid, first + 1: pid})
             e.txns[(COMPACTED_TXN, first + 2)] = (pid, first, aborted)
             e.writer.update({(COMPACTED_TXN, o): pid for o in range(first, first + 3)})
-        lg.roll()
-        cleaner = LogCleaner(CleanerConfig.from_props(CLEANER_PROPS), m.live_log_dirs, m.current_logs)
-        cleaner.install_hooks(m.cleaner_hooks)
-        cleaner.startup()
-        try:
-            assert cleaner.await_cleaned(tp, lg.last_stable_offset, max_wait_ms=60000)
-        finally:
-            cleaner.shutdown()
+        _roll_and_clean(m, tp)
         assert read_records(m.read(tp, 3, 1 << 20).records) == []  # 902's batch: emptied, alone
         e.promised[COMPACTED_TXN] = lg.log_end_offset
         problems: list[str] = []
