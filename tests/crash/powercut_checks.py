@@ -7,9 +7,12 @@ the check of a whole recovered image in powercut_image.py. Kept apart from the F
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from logkeeper.errors import KafkaStorageError, OutOfOrderSequenceError
 from logkeeper.log.manager import LogManager
@@ -17,7 +20,7 @@ from logkeeper.log.manager_config import ManagerConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.scheduler import Scheduler
 from logkeeper.records.builder import Record, build_batch
-from logkeeper.records.reader import read_records
+from logkeeper.records.reader import iter_batches, read_records
 
 PARTITIONS = [TopicPartition("cut", 0), TopicPartition("cut", 1), TopicPartition("cutfm", 0),
               TopicPartition("cutms", 0), TopicPartition("cutc", 0), TopicPartition("cutd", 0),
@@ -213,6 +216,42 @@ def read_from(m: LogManager, tp: TopicPartition, offset: int) -> tuple[list[Any]
     return [rec for rec in read_records(batch) if rec.offset >= offset] if batch else [], None
 
 
+def records_in(m: LogManager, tp: TopicPartition, problems: list[str] | None = None) -> Iterator[Any]:
+    """Every record of ``tp``'s log from its start (markers' records too), read by batches: a read
+    may hold only batches the cleaner emptied (a producer's last batch keeps its header) and no
+    record, and a walk stepping by records stopped there (found by the power cuts of
+    COMPACTED_TXN). An unreadable offset ends the walk, named in ``problems`` when given."""
+    lg = m.get_log(tp)
+    assert lg is not None
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        try:
+            data = m.read(tp, offset, 1 << 20).records
+        except Exception as e:
+            if problems is not None:
+                problems.append(f"{tp} offset {offset} unreadable: {e}")
+            return
+        if not data:
+            return
+        last = list(iter_batches(np.frombuffer(data, dtype=np.uint8)))[-1].header
+        start, offset = offset, last.base_offset + last.last_offset_delta + 1
+        yield from (rec for rec in read_records(data) if rec.offset >= start)
+
+
+def check_kept_record(i: int, rec: Any, want: int, expected: Expected, figures: Figures,
+                      problems: list[str]) -> bool:
+    """A record a compacted log kept: below the promise, ``check_record``'s; above it, it must hold
+    what was written at its offset. False when it does not (above the promise)."""
+    if rec.offset < want:
+        figures.records_checked += 1
+        figures.records_lost += not check_record(i, rec, expected, problems)
+    elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
+        problems.append(f"{PARTITIONS[i]} offset {rec.offset} (after the promise) holds key {rec.key!r} "
+                        f"value {rec.value!r}")
+        return False
+    return True
+
+
 def check_contiguous(m: LogManager, i: int, want: int, expected: Expected, figures: Figures,
                      problems: list[str], markers: frozenset[int] = frozenset()) -> None:
     """Every offset from the log start up to the promise is there (except gaps no promise covered);
@@ -263,24 +302,11 @@ def check_compacted(m: LogManager, i: int, want: int, expected: Expected, figure
     assert lg is not None
     present: set[int] = set()
     newest: dict[bytes | None, int] = {}  # key -> its newest offset anywhere in the log
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        records, err = read_from(m, tp, offset)
-        if err is not None:
-            problems.append(f"{tp} offset {offset} unreadable: {err}")
-        if not records:
-            break
-        for rec in records:
-            if rec.offset < want:
-                present.add(rec.offset)
-                figures.records_checked += 1
-                figures.records_lost += not check_record(i, rec, expected, problems)
-            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
-                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
-                                f"value {rec.value!r}")
-                continue
+    for rec in records_in(m, tp, problems):
+        if rec.offset < want:
+            present.add(rec.offset)
+        if check_kept_record(i, rec, want, expected, figures, problems):
             newest[rec.key] = rec.offset
-        offset = records[-1].offset + 1
     for key in range(KEYS):
         last = want - 1 - (want - 1 - key) % KEYS  # the key's last offset below the promise
         while last >= 0 and (i, last) in expected.gaps:
@@ -303,19 +329,13 @@ def check_no_deleted_records(m: LogManager, i: int, expected: Expected, figures:
     lg = m.get_log(PARTITIONS[i])
     if floor is None or lg is None:
         return
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        records, _ = read_from(m, PARTITIONS[i], offset)  # an unreadable offset: the other checks say so
-        if not records:
-            break
-        for rec in records:
-            got = parse_value(rec.value)
-            if got is not None and got[1] < floor:
-                problems.append(f"{PARTITIONS[i]} offset {rec.offset} holds a record of writer {got[1]}, "
-                                f"whose log was deleted (the deletion returned before the cut)")
-                figures.deleted_records_back += 1
-                return
-        offset = records[-1].offset + 1
+    for rec in records_in(m, PARTITIONS[i]):  # an unreadable offset: the other checks say so
+        got = parse_value(rec.value)
+        if got is not None and got[1] < floor:
+            problems.append(f"{PARTITIONS[i]} offset {rec.offset} holds a record of writer {got[1]}, "
+                            f"whose log was deleted (the deletion returned before the cut)")
+            figures.deleted_records_back += 1
+            return
 
 
 def idempotent_batch(base_offset: int, producer_id: int, base_sequence: int, count: int) -> bytes:

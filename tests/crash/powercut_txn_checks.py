@@ -15,16 +15,17 @@ from logkeeper.log.names import TopicPartition
 from logkeeper.log.producer_state import end_txn_marker_of
 from logkeeper.records.builder import Record, build_batch, build_marker_batch
 from logkeeper.records.control import ControlType
-from logkeeper.records.reader import iter_batches, read_records
+from logkeeper.records.reader import iter_batches
 from tests.crash.powercut_checks import (
     PARTITIONS,
     TRANSACTIONAL,
     Expected,
     Figures,
     check_contiguous,
-    check_record,
+    check_kept_record,
     key_of,
     parse_value,
+    records_in,
     value_of,
 )
 
@@ -38,6 +39,11 @@ def transactional_batch(base_offset: int, producer_id: int, base_sequence: int, 
                                value_of(base_offset + k, producer_id, 1))
                         for k in range(count)], producer_id=producer_id, producer_epoch=0,
                        base_sequence=base_sequence, is_transactional=True)
+
+
+def writer_of(rec: Any) -> int:
+    """The writer (its producer id) a record's value names; -1 when it names none."""
+    return (parse_value(rec.value) or (0, -1))[1]
 
 
 def marker_batch(offset: int, producer_id: int, aborted: bool) -> bytes:
@@ -88,7 +94,9 @@ def scan_transactions(m: LogManager, tp: TopicPartition) -> tuple[dict[int, tupl
 def report_recovered_state(lg: Log, ongoing: dict[int, int], wrong: list[str], figures: Figures,
                            problems: list[str]) -> None:
     """Add to ``wrong`` (what the log's transaction indexes got wrong) what its producer state got
-    wrong: the open transactions (``ongoing``: the log's own) and the last stable offset; report."""
+    wrong: the open transactions (``ongoing``: the log's own, counted) and the last stable offset;
+    report."""
+    figures.open_transactions += len(ongoing)
     if lg.producer_state.ongoing != ongoing:
         wrong.append(f"its producer state holds open transactions {lg.producer_state.ongoing}, the log {ongoing} "
                      "(producer id: first offset)")
@@ -121,7 +129,6 @@ def check_transactions(m: LogManager, i: int, want: int, expected: Expected, fig
                         f"from {first}, promised at {offset}, is not there (the log has {markers.get(offset)})")
     indexed = {(t.producer_id, t.first_offset, t.last_offset)
                for t in collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)}
-    figures.open_transactions += len(ongoing)
     wrong = []
     if indexed != aborted:
         wrong.append(f"its transaction indexes list aborted transactions {sorted(indexed - aborted)} that the log "
@@ -162,29 +169,10 @@ def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Exp
         return next((not is_abort for end, is_abort in ends.get(pid, []) if end > offset), None)
 
     present: dict[int, Any] = {}  # offset -> data record
-    offset = lg.log_start_offset
-    while offset < lg.log_end_offset:
-        try:
-            data = m.read(tp, offset, 1 << 20).records
-        except Exception as e:
-            problems.append(f"{tp} offset {offset} unreadable: {e}")
-            break
-        if not data:
-            break
-        # stepped by batches, not records: a read may hold only batches the cleaner emptied (a
-        # producer's last batch keeps its header) or markers
-        last = list(iter_batches(np.frombuffer(data, dtype=np.uint8)))[-1].header
-        start, offset = offset, last.base_offset + last.last_offset_delta + 1
-        for rec in read_records(data):
-            if rec.offset < start or rec.offset in markers:
-                continue
+    for rec in records_in(m, tp, problems):
+        if rec.offset not in markers:
             present[rec.offset] = rec
-            if rec.offset < want:
-                figures.records_checked += 1
-                figures.records_lost += not check_record(i, rec, expected, problems)
-            elif (parse_value(rec.value) or (-1,))[0] != rec.offset or rec.key != key_of(i, rec.offset):
-                problems.append(f"{tp} offset {rec.offset} (after the promise) holds key {rec.key!r} "
-                                f"value {rec.value!r}")
+            check_kept_record(i, rec, want, expected, figures, problems)
 
     last_committed: dict[bytes | None, int] = {}  # key -> its last promised committed record
     for offset, pid in sorted(expected.txn_data.items()):
@@ -200,8 +188,7 @@ def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Exp
     for key, offset in sorted(last_committed.items()):
         if offset in present:
             continue
-        later = [o for o, rec in present.items() if o > offset and rec.key == key
-                 and outcome(o, (parse_value(rec.value) or (0, -1))[1])]
+        later = [o for o, rec in present.items() if o > offset and rec.key == key and outcome(o, writer_of(rec))]
         if later:
             figures.superseded_after_promise += 1
         else:
@@ -212,8 +199,7 @@ def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Exp
     for (j, offset), (pid, first, is_abort) in sorted(expected.txns.items()):
         if j != i:
             continue
-        left = [o for o, rec in present.items() if first <= o < offset
-                and (parse_value(rec.value) or (0, -1))[1] == pid]
+        left = [o for o, rec in present.items() if first <= o < offset and writer_of(rec) == pid]
         if markers.get(offset) == (pid, is_abort):
             figures.markers_checked += 1
         elif offset not in markers and not left:
@@ -225,7 +211,6 @@ def check_compacted_transactions(m: LogManager, i: int, want: int, expected: Exp
                             f"records of the transaction left: {left[:5]})")
 
     indexed = collect_aborted(lg, lg.log_start_offset, lg.log_end_offset)
-    figures.open_transactions += len(ongoing)
     wrong = []
     unindexed = sorted((pid, first, end) for pid, first, end in aborted
                        if not any(t.producer_id == pid and t.last_offset == end and t.first_offset <= first
