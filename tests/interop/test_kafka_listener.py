@@ -179,9 +179,13 @@ def test_fetches_ending_inside_a_batch_lose_and_repeat_nothing(sidecar: SidecarP
     about 1.3 batches, every answer here ends inside a batch."""
     bootstrap = sidecar.kafka_bootstrap
     producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "batch.num.messages": 20})
-    for i in range(400):
-        producer.produce("slices", key=f"k{i}".encode(), value=b"%03d" % i + b"v" * 97, partition=0)
-    assert producer.flush(30) == 0
+    # 20 records a batch, each group flushed: left to the client's linger, a loaded machine (make
+    # test runs two workers) once saw it send the first records one a batch (172 bytes), which
+    # broke the sizes asserted below
+    for first in range(0, 400, 20):
+        for i in range(first, first + 20):
+            producer.produce("slices", key=f"k{i}".encode(), value=b"%03d" % i + b"v" * 97, partition=0)
+        assert producer.flush(30) == 0
     sizes = []
     for path in sorted((sidecar.root / "d0" / "slices-0").glob("*.log")):
         segment = FileRecords(path, writable=False)
