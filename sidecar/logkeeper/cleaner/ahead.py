@@ -46,8 +46,9 @@ R = TypeVar("R")
 class _HelperTask:
     """One Ahead's helper loop, queued for a helper thread: cancelled if it has not started."""
 
-    def __init__(self, fn: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], None], free: Callable[[], None]) -> None:
         self._fn = fn
+        self._free = free  # gives the task's thread back to the pool
         self._lock = threading.Lock()
         self._state = "pending"  # running, then done; or cancelled
         self._finished = threading.Event()
@@ -55,12 +56,16 @@ class _HelperTask:
     def run(self) -> None:
         with self._lock:
             if self._state != "pending":
-                return
+                return  # cancelled: its cancel gave the thread back
             self._state = "running"
         try:
             self._fn()
         finally:
             self._state = "done"
+            # The thread is back in the pool before anyone waiting learns the task is done: a
+            # consumer that closes its Ahead and opens the next one at once must find it idle,
+            # not start another thread.
+            self._free()
             self._finished.set()
 
     def cancel(self) -> bool:
@@ -69,6 +74,9 @@ class _HelperTask:
             if self._state != "pending":
                 return False
             self._state = "cancelled"
+            # The thread that dequeues it will skip it and take the next task at once, so it
+            # counts as idle from now (it does not count itself again).
+            self._free()
             self._finished.set()
             return True
 
@@ -93,7 +101,7 @@ class _Helpers:
         self._threads = 0
 
     def submit(self, fn: Callable[[], None]) -> _HelperTask:
-        task = _HelperTask(fn)
+        task = _HelperTask(fn, self._free)
         with self._lock:
             start = self._idle == 0
             if start:
@@ -105,11 +113,13 @@ class _Helpers:
         self._tasks.put(task)
         return task
 
+    def _free(self) -> None:
+        with self._lock:
+            self._idle += 1
+
     def _work(self) -> None:
         while True:
             self._tasks.get().run()
-            with self._lock:
-                self._idle += 1
 
 
 _helpers = _Helpers()
