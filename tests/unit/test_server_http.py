@@ -282,7 +282,9 @@ def test_a_slow_disk_does_not_stall_the_event_loop(config: SidecarConfig, monkey
         started = time.monotonic()
         for path in ("/healthz", "/readyz", "/v1/status", "/v1/topics/declared/partitions/0/offsets"):
             assert (await c.get(path)).status == 200
-        assert time.monotonic() - started < 0.5
+        # a stalled loop would answer them only after the slow produce's 1.5 s; the bound leaves
+        # room for a loaded machine
+        assert time.monotonic() - started < 1.0
         assert not slow.done()
         assert (await slow).status == 200
     run(config, scenario)
