@@ -259,3 +259,68 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     wire.close()
     assert sizes[0] > answer_bytes
 
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
+    """A response pool of 16 MiB and a partition of 24 MiB."""
+    root = tmp_path_factory.mktemp("kafka-limits-answers")
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.queued.max.response.bytes": 16 * MIB},
+              "topics": {"big": {"partitions": 1}}}
+    with SidecarProcess(root, config) as proc:
+        wire = WireClient(proc.kafka_bootstrap)
+        now = int(time.time() * 1000)
+        for i in range(48):
+            batch = build_batch([Record(j, now, None, bytes([i]) * 1000) for j in range(500)])
+            answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
+                {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
+            assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        wire.close()
+        yield proc
+
+
+def fetch_frame(max_bytes: int, correlation_id: int = 1) -> bytes:
+    return request_frame(m.FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]},
+        correlation_id)
+
+
+def records_bytes(frame: bytes) -> int:
+    from tests.kafka_wire import decode_response
+    return len(decode_response(m.FETCH, 11, frame, 1)["responses"][0]["partitions"][0]["records"])
+
+
+def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: SidecarProcess) -> None:
+    """Regression: a fetch's records are read into memory, and a client that asked for 50 MiB and
+    did not read its answer held them until its connection went idle (20 such clients: 2 GiB).
+    Answers now count against kafka.queued.max.response.bytes until they are written: a fetch
+    answers with what the pool grants, and one that finds it empty waits until an answer is
+    read."""
+    slow = WireClient(answers.kafka_bootstrap, rcvbuf=4096)  # its answer waits in the sidecar
+    slow.send_raw(fetch_frame(40 * MIB))
+    time.sleep(0.5)
+    waiting = WireClient(answers.kafka_bootstrap)
+    waiting.send_raw(fetch_frame(4 * MIB))
+    waiting.sock.settimeout(1.5)
+    with pytest.raises(TimeoutError):  # the pool is the slow client's until it reads
+        waiting.read_frame()
+    waiting.sock.settimeout(30)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    slow.sock.settimeout(30)
+    first = slow.read_frame()
+    assert first is not None
+    # the pool's 16 MiB, not the 24 MiB the partition holds nor the 40 MiB asked for (a first batch
+    # past the grant is answered whole: 0.5 MB more at most)
+    assert 8 * MIB < records_bytes(first) <= 16 * MIB + 600_000
+    second = waiting.read_frame()  # answered once the first answer was read
+    assert second is not None and 0 < records_bytes(second) <= 4 * MIB + 600_000
+    # the pool is whole again: a fetch gets everything it asks for
+    again = WireClient(answers.kafka_bootstrap)
+    again.send_raw(fetch_frame(12 * MIB))
+    third = again.read_frame()
+    assert third is not None and 11 * MIB < records_bytes(third) <= 12 * MIB
+    for w in (slow, waiting, again):
+        w.close()

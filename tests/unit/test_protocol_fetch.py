@@ -15,7 +15,8 @@ from logkeeper.log.file_records import FileRecords, WouldBlock
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.segment import FetchData
 from logkeeper.protocol import handlers_data
-from logkeeper.protocol.context import AppendNotifier
+from logkeeper.protocol.context import AppendNotifier, Connection
+from logkeeper.protocol.memory_pool import MemoryPool
 from logkeeper.records.builder import Record, build_batch
 
 BATCH = build_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 100)])
@@ -49,11 +50,16 @@ class FakeContext:
         self.sidecar = SimpleNamespace(partition_log=lambda tp: log, manager=FakeManager(records), stopping=False)
         self.settings = SimpleNamespace(fetch_max_bytes=1 << 20)
         self.notifier = FakeNotifier()
+        self.responses = MemoryPool(64 << 20)
         self.runs = 0
 
     async def run(self, fn: Any, *args: Any) -> Any:
         self.runs += 1
         return fn(*args)
+
+
+given_to_connection: list[int] = []  # what the fetches gave the connection to release once written
+CONN = Connection("client", "127.0.0.1", 9092, None, hold=given_to_connection.append)
 
 
 def request(partitions: int, max_wait_ms: int = 500) -> dict[str, Any]:
@@ -75,14 +81,14 @@ def test_a_fetch_of_no_partitions_answers_at_once(records: FileRecords) -> None:
     again and again until max_wait_ms (Kafka's consumer sends such a fetch; Kafka answers it at
     once). It cost a ConsumerPerformance run most of the sidecar's CPU."""
     ctx = FakeContext(records)
-    answer = asyncio.run(handlers_data.fetch(ctx, None, request(0, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    answer = asyncio.run(handlers_data.fetch(ctx, CONN, request(0, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert answer["responses"] == []
     assert ctx.notifier.waits == 0 and ctx.runs == 0  # nothing to read: answered on the loop
 
 
 def test_a_fetch_of_records_answers_at_once(records: FileRecords) -> None:
     ctx = FakeContext(records)
-    answer = asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    answer = asyncio.run(handlers_data.fetch(ctx, CONN, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert [bytes(p["records"]) for t in answer["responses"] for p in t["partitions"]] == [BATCH]
     assert ctx.notifier.waits == 0
     assert ctx.runs == 0  # cached and at most INLINE_FETCH_BYTES: read on the event loop
@@ -99,7 +105,7 @@ def test_a_fetch_that_would_wait_for_the_disk_is_read_on_a_thread(records: FileR
 
     monkeypatch.setattr(records, "read_cached", not_cached)
     ctx = FakeContext(records)
-    answer = asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    answer = asyncio.run(handlers_data.fetch(ctx, CONN, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
     assert _records_of(answer) == [BATCH] and ctx.runs == 1
 
 
@@ -116,16 +122,65 @@ def test_a_large_or_committed_fetch_is_read_on_a_thread(records: FileRecords, pa
     req["isolation_level"], req["max_bytes"] = isolation, 64 << 20
     for p in req["topics"][0]["partitions"]:
         p["partition_max_bytes"] = partition_max
-    asyncio.run(handlers_data.fetch(ctx, None, req, 12))  # type: ignore[arg-type]
+    asyncio.run(handlers_data.fetch(ctx, CONN, req, 12))  # type: ignore[arg-type]
     assert ctx.runs == 1
 
 
 def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:
     empty = FileRecords(tmp_path / "empty.log")  # below min_bytes
     ctx = FakeContext(empty)
-    asyncio.run(handlers_data.fetch(ctx, None, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
+    asyncio.run(handlers_data.fetch(ctx, CONN, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
     empty.close()
     assert ctx.notifier.waits >= 1
+
+
+def test_an_answer_holds_its_records_bytes_of_the_response_pool_until_written(records: FileRecords) -> None:
+    """What the fetch read stays taken from the pool, given to the connection to release once the
+    answer is written; the rest of its grant goes back at once."""
+    ctx = FakeContext(records)
+    given_to_connection.clear()
+    answer = asyncio.run(handlers_data.fetch(ctx, CONN, request(1), 12))  # type: ignore[arg-type]
+    assert _records_of(answer) == [BATCH]
+    assert given_to_connection == [len(BATCH)] and ctx.responses.used == len(BATCH)
+
+
+def test_a_fetch_reads_no_more_than_the_pool_grants(records: FileRecords) -> None:
+    ctx = FakeContext(records)
+    asked: list[int] = []
+    real = ctx.sidecar.manager.read
+
+    def read(tp: TopicPartition, offset: int, max_bytes: int, **kw: Any) -> FetchData:
+        asked.append(max_bytes)
+        got: FetchData = real(tp, offset, max_bytes, **kw)
+        return got
+
+    ctx.sidecar.manager.read = read
+    free = 3 << 20
+    ctx.responses.take(ctx.responses.capacity - free)  # other answers hold all but 3 MiB
+    req = request(1)
+    req["max_bytes"] = req["topics"][0]["partitions"][0]["partition_max_bytes"] = 8 << 20
+    ctx.settings.fetch_max_bytes = 8 << 20
+    given_to_connection.clear()
+    asyncio.run(handlers_data.fetch(ctx, CONN, req, 12))  # type: ignore[arg-type]
+    assert asked == [free]
+    assert given_to_connection == [len(BATCH)] and ctx.responses.available == free - len(BATCH)
+
+
+def test_a_fetch_waiting_for_data_holds_none_of_the_pool(tmp_path: Path) -> None:
+    empty = FileRecords(tmp_path / "empty.log")
+    ctx = FakeContext(empty)
+    held_while_waiting: list[int] = []
+
+    async def wait(tps: list[TopicPartition], timeout_s: float) -> None:
+        held_while_waiting.append(ctx.responses.used)
+        await asyncio.sleep(0)
+
+    ctx.notifier.wait = wait  # type: ignore[method-assign]
+    given_to_connection.clear()
+    asyncio.run(handlers_data.fetch(ctx, CONN, request(1, max_wait_ms=50), 12))  # type: ignore[arg-type]
+    empty.close()
+    assert held_while_waiting and set(held_while_waiting) == {0}
+    assert given_to_connection == [] and ctx.responses.used == 0  # nothing read, nothing held
 
 
 def test_an_append_on_the_event_loop_wakes_a_waiting_fetch_directly() -> None:

@@ -42,6 +42,34 @@ def test_pool_is_strict_and_first_come_first_served() -> None:
     assert asyncio.run(run()) == ["big", "small"]
 
 
+def test_pool_grants_up_to_what_is_free_and_waits_in_turn_for_the_least() -> None:
+    """The response pool's grants (fetch answers): as much as is free up to the want, a wait in
+    line for the least when less is free, and a take past the capacity that later grants wait for."""
+    async def run() -> None:
+        pool = MemoryPool(100)
+        assert pool.try_acquire_up_to(70, 10) == 70
+        assert pool.try_acquire_up_to(70, 10) == 30  # what is left
+        assert pool.try_acquire_up_to(5, 1) == 0 and pool.available == 0
+        waiter = asyncio.ensure_future(pool.acquire_up_to(50, 20))
+        await asyncio.sleep(0)
+        assert pool.try_acquire_up_to(5, 1) == 0  # nobody passes the waiter
+        pool.release(10)
+        await asyncio.sleep(0)
+        assert not waiter.done()  # 10 free, it waits for 20
+        pool.release(30)
+        assert await asyncio.wait_for(waiter, 1) == 40  # its 20, then all that was free
+        pool.take(25)  # an answer past its grant: the pool is 25 over
+        assert pool.available == -25
+        pool.release(70)
+        assert pool.try_acquire_up_to(100, 1) == 45
+        with pytest.raises(ValueError):
+            pool.try_acquire_up_to(10, 0)
+        with pytest.raises(ValueError):
+            pool.try_acquire_up_to(10, 101)  # could never be granted
+
+    asyncio.run(run())
+
+
 def test_pool_cancelled_waiter_gives_way_and_never_leaks() -> None:
     async def run() -> None:
         pool = MemoryPool(100)

@@ -120,6 +120,7 @@ class ConnectionHost(Protocol):
 
     settings: SidecarSettings
     memory: MemoryPool
+    responses: MemoryPool
     frames: FrameCache
     stats: Counter[str]
     stopping: bool
@@ -155,6 +156,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._eof = False
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._held = 0  # bytes of the listener's response pool the answer being made holds
 
     # ------------------------------------------------------------------ protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -246,8 +248,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.transport.close()
 
     # ------------------------------------------------------------------ writing
+    def hold_answer_bytes(self, size: int) -> None:
+        """``size`` bytes of the response pool, taken for the answer being made, go back once it
+        is written (or the connection fails): until then the answer's bytes are in memory."""
+        self._held += size
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, 0
+        if held:
+            self.listener.responses.release(held)
+
     async def write(self, data: bytes | bytearray) -> None:
         self.transport.write(data)
+        await self._drain()
+
+    async def _drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark of unsent bytes."""
         if self._write_paused and not self._closed:
             self._drained = asyncio.get_running_loop().create_future()
             await self._drained
@@ -294,6 +310,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _next_request(self) -> bool:
         """Read, handle and answer one request; False when the connection is to close."""
+        try:
+            return await self._serve_request()
+        finally:
+            self._release_held()  # the answer is written, or will never be
+
+    async def _serve_request(self) -> bool:
         listener = self.listener
         if not await self._fill():
             return False
@@ -346,7 +368,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.log(closing.level, "kafka: closing the connection from %s: %s", self.peer_host, closing)
             return False
         if response is not None:
-            await self.write(response)
+            # A view: asyncio (3.11) copies what the socket did not take into its own buffer, and
+            # slicing the frame itself would copy it once more. The frame is dropped before the
+            # wait, so an answer its client is slow to read is in memory once, not twice.
+            self.transport.write(memoryview(response))
+            del response
+            await self._drain()
         self.last_active = time.monotonic()
         self._target(memoryview(self._head))
         return not self._closed

@@ -12,19 +12,27 @@ from typing import Any, TypeVar
 from ..log.names import TopicPartition
 from ..server.config import SidecarSettings
 from ..server.service import Sidecar
+from .memory_pool import MemoryPool
 
 T = TypeVar("T")
 
 
+def _hold_nothing(_size: int) -> None:
+    raise RuntimeError("this connection cannot hold answer bytes")
+
+
 @dataclass(frozen=True)
 class Connection:
-    """One client connection: where it came from and the address it reached."""
+    """One client connection: where it came from and the address it reached; ``hold(n)`` gives
+    the connection ``n`` bytes of the response pool (BrokerContext.responses) to release once its
+    answer is written."""
 
     peer_host: str
     local_host: str
     local_port: int
     advertised: tuple[str, int] | None  # kafka.advertised.listeners entry of its listener
     client_id: str | None = None
+    hold: Callable[[int], None] = _hold_nothing
 
     @property
     def broker_address(self) -> tuple[str, int]:
@@ -84,6 +92,7 @@ class BrokerContext:
     pool: Executor
     notifier: AppendNotifier
     cluster_id: str
+    responses: MemoryPool  # fetch answers' records held at once (kafka.queued.max.response.bytes)
     coordinator: Any = None  # groups.GroupCoordinator, set once built
     producer_ids: Any = None  # producer_ids.ProducerIdAllocator
     # Why the group coordinator cannot serve, when its offsets partition is offline at start

@@ -23,7 +23,10 @@ bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. T
 watermark is the log end offset (one replica). ``read_committed`` reads below the last stable
 offset and lists the aborted transactions from the transaction indexes. With less than
 ``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions;
-one naming no partition is answered at once, as Kafka answers it.
+one naming no partition is answered at once, as Kafka answers it. A fetch's records are read into
+memory (Kafka sends them from the page cache), so they count against the listener's response pool
+(``kafka.queued.max.response.bytes``, memory_pool.py) from the read until the connection has
+written the answer: a fetch reads at most what the pool grants it, and a waiting one holds none.
 
 ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
 holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
@@ -158,12 +161,22 @@ def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
 # same finding as INLINE_PRODUCE_BYTES's). On the loop the read is one copy from the page cache
 # and an index lookup; a larger fetch, or one whose bytes are not all cached, goes to a thread.
 INLINE_FETCH_BYTES = 1 << 20
+# A fetch waits for this many bytes of the response pool (kafka.queued.max.response.bytes) when
+# fewer are free, rather than answer with less: the default max.message.bytes, so the first batch
+# of an answer is rarely past its grant.
+LEAST_ANSWER_BYTES = 1 << 20
+
+
+def _answer_bound(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int) -> int:
+    """The records bytes a fetch may answer, at least 1 (the first batch is answered whatever
+    the limits)."""
+    asked: int = sum(max(0, p["partition_max_bytes"]) for _, p in wanted)
+    return max(1, min(max_bytes, asked))
 
 
 def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, committed: bool) -> bool:
     # read_committed also reads transaction indexes (no RWF_NOWAIT there): on a thread
-    return not committed and min(max_bytes, sum(max(0, p["partition_max_bytes"]) for _, p in wanted)) <= \
-        INLINE_FETCH_BYTES
+    return not committed and _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES
 
 
 def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], budget: int, first: bool,
@@ -214,6 +227,25 @@ def _read_inline(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str
         return None
 
 
+async def _read_granted(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
+                        committed: bool, inline: bool) -> tuple[list[dict[str, Any]], int, int]:
+    """One read of the fetch's partitions within the bytes the response pool grants it: (entries,
+    records bytes, bytes granted). What is granted is taken from the pool; the caller gives it
+    back or hands it to the connection."""
+    pool = ctx.responses
+    bound = _answer_bound(wanted, max_bytes)
+    least = min(bound, LEAST_ANSWER_BYTES)
+    granted = pool.try_acquire_up_to(bound, least) or await pool.acquire_up_to(bound, least)
+    try:
+        limit = min(max_bytes, granted)
+        read = _read_inline(ctx, wanted, limit) if inline else None
+        results, total = read if read is not None else await ctx.run(_read_all, ctx, wanted, limit, committed)
+    except BaseException:
+        pool.release(granted)
+        raise
+    return results, total, granted
+
+
 async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any]:
     wanted = [(TopicPartition(t["topic"], p["partition"]), p) for t in req["topics"] for p in t["partitions"]]
     committed = req["isolation_level"] == 1
@@ -226,16 +258,22 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
         max_bytes = max(0, min(req["max_bytes"], fetch_max))
         inline = _fits_inline(wanted, max_bytes, committed)
         while True:
-            read = _read_inline(ctx, wanted, max_bytes) if inline else None
-            results, total = read if read is not None else \
-                await ctx.run(_read_all, ctx, wanted, max_bytes, committed)
+            results, total, granted = await _read_granted(ctx, wanted, max_bytes, committed, inline)
             left = deadline - time.monotonic()
             # no partitions: nothing to wait for, so Kafka answers at once. The wait on none
             # returned at once, and this loop spun, reading again, until max_wait_ms
             if total >= req["min_bytes"] or left <= 0 or not wanted or ctx.sidecar.stopping or \
                     any(r["error_code"] != ec.NONE for r in results):
                 break
+            ctx.responses.release(granted)  # a waiting fetch holds no bytes
             await ctx.notifier.wait([tp for tp, _ in wanted], left)
+        # the answer's records stay in memory until the connection has written them
+        if total > granted:
+            ctx.responses.take(total - granted)  # a first batch larger than the grant
+        else:
+            ctx.responses.release(granted - total)
+        if total:
+            conn.hold(total)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (tp, _), r in zip(wanted, results):
         by_topic.setdefault(tp.topic, []).append(r)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import logging
 import socket
@@ -106,7 +107,7 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     request = spec.request.decode(reader, version)
     if reader.remaining():  # Kafka ignores them too (librdkafka's admin Metadata v12 sends 3 more)
         log.debug("%s v%d: %d bytes after the request ignored", spec.name, version, reader.remaining())
-    conn = Connection(conn.peer_host, conn.local_host, conn.local_port, conn.advertised, header.client_id)
+    conn = dataclasses.replace(conn, client_id=header.client_id)
     response = await HANDLERS[key](ctx, conn, request, version)
     if response is None:
         return None
@@ -122,6 +123,7 @@ class KafkaListener:
         self.addresses: list[tuple[str, int]] = []
         self.connections: set[KafkaConnection] = set()
         self.memory = MemoryPool(settings.kafka_queued_max_request_bytes)
+        self.responses = MemoryPool(settings.kafka_queued_max_response_bytes)  # fetch answers' records
         self.frames = FrameCache()  # the buffers of the frames the pool's bytes are claimed for
         self.users: UsersFile | None = None
         self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures
@@ -146,7 +148,8 @@ class KafkaListener:
         sidecar = self.sidecar
         sidecar.append_listeners.append(lambda tp: notifier.notify([tp]))
         ctx = BrokerContext(sidecar, self.settings, self.pool, notifier,
-                            cluster_id_for(sidecar.config.log_dirs))
+                            cluster_id_for(sidecar.config.log_dirs),
+                            self.responses)
         store = OffsetsStore(sidecar, self.settings.offsets_topic_num_partitions)
         try:
             offsets = await ctx.run(store.load)
@@ -218,7 +221,8 @@ class KafkaListener:
         ctx = self.ctx
         if ctx is None:
             raise CloseConnection("the listener is stopping")
-        c = Connection(conn.peer_host, conn.local[0], conn.local[1], conn.endpoint.advertised)
+        c = Connection(conn.peer_host, conn.local[0], conn.local[1], conn.endpoint.advertised,
+                       hold=conn.hold_answer_bytes)
         try:
             return await handle_frame(ctx, c, frame)
         except handlers_data.CloseConnection as e:

@@ -1,4 +1,5 @@
-"""The bytes of request frames held at once, over every connection (Kafka's queued.max.request.bytes).
+"""Bytes held at once over every connection: request frames (Kafka's queued.max.request.bytes)
+and the records of fetch answers (``kafka.queued.max.response.bytes``), a pool each.
 
 A connection that has read a frame's 4-byte size asks the pool for that many bytes before it
 reads (or allocates) the frame; when they are not free it stops reading its socket until they
@@ -10,6 +11,16 @@ Strict and first come, first served: a request is granted only when it fits in w
 never ahead of an earlier waiter (a large frame is not starved by a stream of small ones). Kafka's
 pool lets one allocation overshoot instead; here the config check (queued >= socket.request.max.bytes)
 makes every valid frame fit in an empty pool, so waiting always ends.
+
+Fetch answers: Kafka's broker sends a fetch's records from the page cache (sendfile), so an
+answer a client does not read holds no memory; here they are read into the heap, so a client that
+asks for fetch.max.bytes (50 MiB) and never reads held 50 MiB until its connection went idle (20
+such connections: 2 GiB). A fetch takes its bytes with ``acquire_up_to`` before it reads: as many
+as are free up to what it may answer, after waiting in turn for ``least`` of them when fewer are
+free, and reads no more than it got (a fetch may always answer less than it asked for). The bytes
+go back once the answer is written to the socket (the connection holds them until then). The
+first batch of a fetch is answered whole, so an answer may pass its grant by part of one batch:
+``take`` counts that past the capacity, which later grants wait for.
 
 Frame buffers: a frame of ``MMAP_THRESHOLD`` bytes or more lives in an anonymous mmap, whose
 pages become resident only as the client's bytes arrive (a claimed size costs nothing until it
@@ -81,6 +92,36 @@ class MemoryPool:
                     pass
                 self._grant()  # a waiter behind us may fit now
             raise
+
+    def try_acquire_up_to(self, want: int, least: int) -> int:
+        """Take as many bytes as are free, up to ``want``, if at least ``least`` are and nobody
+        waits before us; how many (0: none taken)."""
+        self._check(least)
+        if least < 1 or want < least:
+            raise ValueError(f"cannot take {least} to {want} bytes")
+        if self._waiters or least > self.available:
+            return 0
+        got = min(want, self.available)
+        self.available -= got
+        return got
+
+    async def acquire_up_to(self, want: int, least: int) -> int:
+        """Take between ``least`` and ``want`` bytes: as many as are free, after waiting in turn for
+        ``least`` when fewer are free; how many. Cancelling while waiting takes none."""
+        got = self.try_acquire_up_to(want, least)
+        if got:
+            return got
+        await self.acquire(least)
+        more = 0 if self._waiters else max(0, min(want - least, self.available))
+        self.available -= more
+        return least + more
+
+    def take(self, size: int) -> None:
+        """Take ``size`` more bytes whether or not they are free (an answer past its grant by part
+        of a batch); later grants wait until they are back."""
+        if size < 0:
+            raise ValueError(f"cannot take {size} bytes")
+        self.available -= size
 
     def release(self, size: int) -> None:
         self.available += size

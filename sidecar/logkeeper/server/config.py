@@ -149,6 +149,11 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
             "Bytes of request frames held at once over all connections; a connection waits (is not read) until "
             "its frame fits (Kafka's queued.max.request.bytes, bounded here). At least "
             "kafka.socket.request.max.bytes.", at_least(1024), "bytes"),
+    Setting("kafka.queued.max.response.bytes", int, 100 * MIB,
+            "Bytes of fetch answers' records held at once over all connections, from their read until the "
+            "answer is written to the socket; a fetch takes what is free, up to what it may answer, and waits "
+            "for 1 MiB when less is free (Kafka sends fetches from the page cache, holding no memory; a client "
+            "that does not read its answers holds them).", at_least(MIB), "bytes"),
     Setting("kafka.max.connections", int, 128,
             "Kafka connections open at once; one more is closed as soon as it is accepted (Kafka's "
             "max.connections; bounded here: a sidecar serves its own pod).", at_least(1)),
@@ -268,6 +273,7 @@ class SidecarSettings:
     kafka_node_id: int = 0
     kafka_socket_request_max_bytes: int = 100 * MIB
     kafka_queued_max_request_bytes: int = 100 * MIB
+    kafka_queued_max_response_bytes: int = 100 * MIB
     kafka_max_connections: int = 128
     kafka_connections_max_idle_ms: int = 600000
     kafka_sasl_enabled_mechanisms: list[str] = field(default_factory=lambda: list(SASL_MECHANISMS))
