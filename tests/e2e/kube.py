@@ -149,6 +149,22 @@ class Sidecar:
         return [r["value"] for r in self.read_all(topic, partition)]
 
 
+def produce_paused(api: Sidecar, topic: str, partition: int, chunks: list[list[dict[str, str]]]) -> None:
+    """Produce each chunk with the partition's cleaning paused, resumed after the last: a backlog
+    written at once. A cleaner that keeps up with the writes cleans them in rounds of fewer keys
+    than its map holds and sees no backlog (a race that a fast cleaner lost: test_08 once timed
+    out waiting for the CompactionJob while the sidecar cleaned every 800 records)."""
+    cleaning = f"/v1/topics/{topic}/partitions/{partition}/cleaning"
+    status, body = api.call("POST", f"{cleaning}/pause")
+    assert status == 200, (status, body)
+    try:
+        for records in chunks:
+            api.produce(topic, partition, records)
+    finally:
+        status, body = api.call("POST", f"{cleaning}/resume")
+        assert status == 200, (status, body)
+
+
 def diagnostics(kubectl: Kubectl, namespaces: tuple[str, ...]) -> str:
     """The pods, their events and their containers' logs (current and previous), as a user would
     look at them after a failure."""

@@ -24,7 +24,7 @@ import yaml
 from logkeeper_operator.times import epoch_of
 
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, wait_for
+from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, produce_paused, wait_for
 from .realnode import NODE_NAME, POD_SUBNET, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
@@ -282,9 +282,10 @@ def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl) -> N
 def test_08_backlog_becomes_a_compaction_job_in_our_image(kubectl: Kubectl, env: dict[str, str]) -> None:
     api = through_service(kubectl)
     # 3000 distinct keys, far more than one offset map of 24 KiB holds (~900), each written twice
-    for chunk in range(30):
-        batch = [{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20} for i in range(200)]
-        api.produce("accounts", 0, batch)
+    chunks = [[{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20} for i in range(200)]
+              for chunk in range(30)]
+    produce_paused(api, "accounts", 0, chunks)
+    for batch in chunks:
         WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
     cjs = wait_for(lambda: kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"], 180,
                    "a CompactionJob for the backlog on accounts-0")
@@ -378,9 +379,10 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
     # backlog just as the spec changed, a CompactionJob that ends HandOffEnded when the pod rolls
     before = {c["metadata"]["name"]: c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]}
     api = through_service(kubectl)
-    for chunk in range(30):
-        batch = [{"key": f"b{chunk % 15}-{i}", "value": f"k{chunk}" + "z" * 20} for i in range(200)]
-        api.produce("accounts", 0, batch)
+    chunks = [[{"key": f"b{chunk % 15}-{i}", "value": f"k{chunk}" + "z" * 20} for i in range(200)]
+              for chunk in range(30)]
+    produce_paused(api, "accounts", 0, chunks)
+    for batch in chunks:
         WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
     cj = wait_for(lambda: next((c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
                                 if c["metadata"]["name"] not in before), None), 180,

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, wait_for
+from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, produce_paused, wait_for
 from .realnode import NODE_NAME, POD_SUBNET, RealNode
 from .test_e2e import VALUES as E2E_VALUES
 from .test_e2e import through_service
@@ -331,18 +331,9 @@ def progressing(cj: dict[str, Any]) -> dict[str, Any]:
 
 def backlog(api: Sidecar, prefix: str) -> None:
     """3000 distinct keys on acc-0, each written twice: more than one offset map of the policy's
-    24 KiB holds (~900 keys), so the sidecar hands the partition to a CompactionJob. Cleaning is
-    paused while they are written: a cleaner that keeps up with the writes cleans them in rounds
-    of fewer keys than its map holds and sees no backlog (a faster cleaner made that a race)."""
-    partition = "/v1/topics/acc/partitions/0/cleaning"
-    status, body = api.call("POST", f"{partition}/pause")
-    assert status == 200, (status, body)
-    try:
-        for chunk in range(30):
-            api.produce("acc", 0, [{"key": f"{prefix}{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)])
-    finally:
-        status, body = api.call("POST", f"{partition}/resume")
-        assert status == 200, (status, body)
+    24 KiB holds (~900 keys), so the sidecar hands the partition to a CompactionJob."""
+    produce_paused(api, "acc", 0, [[{"key": f"{prefix}{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)]
+                                   for chunk in range(30)])
 
 
 def on_node(node: RealNode, staging: str) -> Path:
