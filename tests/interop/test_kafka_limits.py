@@ -301,7 +301,10 @@ def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: 
     read."""
     slow = WireClient(answers.kafka_bootstrap, rcvbuf=4096)  # its answer waits in the sidecar
     slow.send_raw(fetch_frame(40 * MIB))
-    time.sleep(0.5)
+    # its answer's first bytes have arrived: it was granted, read and is being written (a fixed
+    # sleep could let the next fetch take the pool first on a loaded machine)
+    slow.sock.settimeout(30)
+    assert slow.sock.recv(4, socket.MSG_PEEK)
     waiting = WireClient(answers.kafka_bootstrap)
     waiting.send_raw(fetch_frame(4 * MIB))
     waiting.sock.settimeout(1.5)
