@@ -8,8 +8,8 @@ receive buffer, send one Fetch of ``--fetch-mib`` MiB from offset 0 and read not
 ``--seconds`` seconds while the RSS is sampled every 0.1 s. Kafka's broker sends a fetch's
 records from the page cache, so such an answer holds no memory there; the sidecar reads them
 into memory, so without a bound each unread answer stayed resident until its connection went
-idle. After the phase every connection is closed, the RSS is read after 2 s, and a Fetch on a
-fresh connection shows the listener still serves. Loopback only; every loop is bounded in count
+idle. After the phase every connection is closed, the RSS is read after 2 s, and a Produce and
+a Fetch on a fresh connection show the listener still serves. Loopback only; every loop is bounded in count
 and time. ``--pythonpath DIR`` runs the sidecar from another copy of the package (e.g. ``git
 archive`` of an older commit) to compare, written to the same file under its ``--label``.
 
@@ -33,25 +33,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_kafka_flood import sample
+from bench_kafka_flood import sample, still_serves
 
 from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
-from tests.kafka_wire import WireClient, decode_response, request_frame
+from tests.kafka_wire import WireClient, fetch_frame
 
 RESULTS = Path(__file__).parent / "results" / "fetch_flood.md"
 MIB = 1 << 20
 TOPIC = "flood"
-
-
-def fetch_frame(max_bytes: int, correlation_id: int = 1) -> bytes:
-    return request_frame(m.FETCH, 11, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                                                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]},
-        correlation_id)
 
 
 def fill(bootstrap: str, data_mib: int) -> None:
@@ -66,21 +57,6 @@ def fill(bootstrap: str, data_mib: int) -> None:
                                                   {"index": 0, "records": batch}]}]})
             if answer["responses"][0]["partition_responses"][0]["error_code"] != 0:
                 raise RuntimeError(f"produce failed: {answer}")
-    finally:
-        wire.close()
-
-
-def still_serves(bootstrap: str) -> bool:
-    wire = WireClient(bootstrap, timeout_s=30)
-    try:
-        wire.send_raw(fetch_frame(MIB, 7))
-        frame = wire.read_frame()
-        if frame is None:
-            return False
-        records = decode_response(m.FETCH, 11, frame, 7)["responses"][0]["partitions"][0]["records"]
-        return len(records) > 0
-    except (OSError, ConnectionError):
-        return False
     finally:
         wire.close()
 
@@ -109,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
             base = proc.rss_bytes()
             print(f"RSS at rest, {args.data_mib} MiB in the partition: {base / MIB:.1f} MiB", flush=True)
-            frame = fetch_frame(args.fetch_mib * MIB)
+            frame = fetch_frame(TOPIC, args.fetch_mib * MIB)
             clients = []
             for _ in range(args.connections):
                 client = WireClient(bootstrap, rcvbuf=4096)  # the answer waits in the sidecar

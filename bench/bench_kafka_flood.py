@@ -42,7 +42,7 @@ from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, fetch_body
 
 RESULTS = Path(__file__).parent / "results" / "kafka_flood.md"
 MIB = 1 << 20
@@ -120,19 +120,15 @@ def sample(proc: SidecarProcess, seconds: float) -> list[int]:
 
 
 def still_serves(bootstrap: str) -> bool:
+    """A Produce to ``flood``-0 and a Fetch of that record, on a fresh connection."""
     wire = WireClient(bootstrap, timeout_s=10)
     try:
         now = int(time.time() * 1000)
         got = wire.call(0, 9, {"acks": 1, "timeout_ms": 1000, "topic_data": [{"name": "flood", "partition_data": [
             {"index": 0, "records": build_batch([Record(0, now, b"k", b"after the flood")])}]}]})
-        ok = got["responses"][0]["partition_responses"][0]["error_code"] == 0
-        fetched = wire.call(1, 11, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": MIB,
-                                    "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                                        {"topic": "flood", "partitions": [{"partition": 0, "fetch_offset": 0,
-                                                                           "log_start_offset": -1,
-                                                                           "partition_max_bytes": MIB}]}],
-                                    "forgotten_topics_data": [], "rack_id": ""})
-        return ok and b"after the flood" in fetched["responses"][0]["partitions"][0]["records"]
+        produced = got["responses"][0]["partition_responses"][0]
+        fetched = wire.call(1, 11, fetch_body("flood", MIB, offset=max(0, produced["base_offset"]), min_bytes=0))
+        return produced["error_code"] == 0 and b"after the flood" in fetched["responses"][0]["partitions"][0]["records"]
     except (OSError, ConnectionError):
         return False
     finally:

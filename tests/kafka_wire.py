@@ -6,7 +6,7 @@ import socket
 import struct
 from typing import Any
 
-from logkeeper.protocol.messages import APIS
+from logkeeper.protocol.messages import APIS, FETCH
 from logkeeper.protocol.primitives import Reader, Writer
 
 
@@ -22,6 +22,27 @@ def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_
         w.uvarint(0)
     spec.request.encode(w, body, version)
     return struct.pack(">i", len(w.buf)) + bytes(w.buf)
+
+
+def fetch_body(topic: str, max_bytes: int, *, offset: int = 0, min_bytes: int = 1) -> dict[str, Any]:
+    """A Fetch (v11) of partition 0 of ``topic`` from ``offset``: ``max_bytes`` for the request and
+    the partition, answered at once (max_wait_ms 0), sessionless."""
+    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": min_bytes, "max_bytes": max_bytes, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                        "fetch_offset": offset, "log_start_offset": -1,
+                                                        "partition_max_bytes": max_bytes}]}]}
+
+
+def fetch_frame(topic: str, max_bytes: int, correlation_id: int = 1) -> bytes:
+    """``fetch_body``'s request frame, to send raw (a client that does not read its answer)."""
+    return request_frame(FETCH, 11, fetch_body(topic, max_bytes), correlation_id)
+
+
+def fetched_records(frame: bytes, correlation_id: int = 1) -> bytes:
+    """The records of the first partition of a ``fetch_frame`` answer."""
+    records: bytes = decode_response(FETCH, 11, frame, correlation_id)["responses"][0]["partitions"][0]["records"]
+    return records
 
 
 class WireClient:

@@ -18,7 +18,7 @@ import pytest
 from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, fetch_frame, fetched_records, request_frame
 
 KIB, MIB = 1024, 1024 * 1024
 API_VERSIONS_BODY = {"client_software_name": "t", "client_software_version": "1"}
@@ -240,11 +240,7 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     wire.close()
     wire = WireClient(small.kafka_bootstrap, rcvbuf=4096)  # the answer waits in the sidecar
     limit = 2 * answer_bytes
-    fetch = request_frame(m.FETCH, 11, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": limit, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-        "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                                                    "log_start_offset": -1, "partition_max_bytes": limit}]}]}, 1)
+    fetch = fetch_frame("big", limit)
     wire.send_raw(fetch)
     time.sleep(0.3)  # the fetch is answered and its write paused before the next request comes
     wire.send_raw(request_frame(m.API_VERSIONS, 3, API_VERSIONS_BODY, 2))
@@ -279,20 +275,6 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess
         yield proc
 
 
-def fetch_frame(max_bytes: int, correlation_id: int = 1) -> bytes:
-    return request_frame(m.FETCH, 11, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-        "topics": [{"topic": "big", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                                                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}]},
-        correlation_id)
-
-
-def records_bytes(frame: bytes) -> int:
-    from tests.kafka_wire import decode_response
-    return len(decode_response(m.FETCH, 11, frame, 1)["responses"][0]["partitions"][0]["records"])
-
-
 def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: SidecarProcess) -> None:
     """Regression: a fetch's records are read into memory, and a client that asked for 50 MiB and
     did not read its answer held them until its connection went idle (20 such clients: 2 GiB).
@@ -300,13 +282,13 @@ def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: 
     answers with what the pool grants, and one that finds it empty waits until an answer is
     read."""
     slow = WireClient(answers.kafka_bootstrap, rcvbuf=4096)  # its answer waits in the sidecar
-    slow.send_raw(fetch_frame(40 * MIB))
+    slow.send_raw(fetch_frame("big", 40 * MIB))
     # its answer's first bytes have arrived: it was granted, read and is being written (a fixed
     # sleep could let the next fetch take the pool first on a loaded machine)
     slow.sock.settimeout(30)
     assert slow.sock.recv(4, socket.MSG_PEEK)
     waiting = WireClient(answers.kafka_bootstrap)
-    waiting.send_raw(fetch_frame(4 * MIB))
+    waiting.send_raw(fetch_frame("big", 4 * MIB))
     waiting.sock.settimeout(1.5)
     with pytest.raises(TimeoutError):  # the pool is the slow client's until it reads
         waiting.read_frame()
@@ -317,13 +299,13 @@ def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: 
     assert first is not None
     # the pool's 16 MiB, not the 24 MiB the partition holds nor the 40 MiB asked for (a first batch
     # past the grant is answered whole: 0.5 MB more at most)
-    assert 8 * MIB < records_bytes(first) <= 16 * MIB + 600_000
+    assert 8 * MIB < len(fetched_records(first)) <= 16 * MIB + 600_000
     second = waiting.read_frame()  # answered once the first answer was read
-    assert second is not None and 0 < records_bytes(second) <= 4 * MIB + 600_000
+    assert second is not None and 0 < len(fetched_records(second)) <= 4 * MIB + 600_000
     # the pool is whole again: a fetch gets everything it asks for
     again = WireClient(answers.kafka_bootstrap)
-    again.send_raw(fetch_frame(12 * MIB))
+    again.send_raw(fetch_frame("big", 12 * MIB))
     third = again.read_frame()
-    assert third is not None and 11 * MIB < records_bytes(third) <= 12 * MIB
+    assert third is not None and 11 * MIB < len(fetched_records(third)) <= 12 * MIB
     for w in (slow, waiting, again):
         w.close()
