@@ -1,6 +1,6 @@
-"""What make e2e's steps talk through: kubectl and helm (the user's tools), the one wait loop of
-the test steps, the sidecar's HTTP API on a pod IP, static local PersistentVolumes, step timings
-and the post-mortem printed when a step fails."""
+"""What make e2e's steps talk through: kubectl (and its printed tables) and helm, the user's
+tools; the one wait loop of the test steps, the sidecar's HTTP API on a pod IP, static local
+PersistentVolumes, step timings and the post-mortem printed when a step fails."""
 
 from __future__ import annotations
 
@@ -41,6 +41,22 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, every_s: flo
             return last
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+def timed_wait(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.5) -> float:
+    """Seconds until ``check`` holds (wait_for's bound and failure message)."""
+    t0 = time.monotonic()
+    wait_for(check, timeout_s, what, every_s=every_s)
+    return round(time.monotonic() - t0, 1)
+
+
+def printed_columns(table: str) -> dict[str, str]:
+    """kubectl's table of one object as {column: value}, cut where each header starts (a value
+    may hold a space: "cleaning 1/1")."""
+    header, row = table.splitlines()[:2]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return {header[a:b].strip(): row[a:b].strip() for a, b in bounds}
 
 
 class Kubectl:

@@ -3,14 +3,14 @@ crds/, helm install (the operator a Deployment of our image, in-cluster, under t
 ServiceAccount and RBAC), kubectl apply a LogVolume on static local PVs; the StatefulSet's pod runs
 our sidecar image under Pod Security "restricted", kubelet runs its probes; records go through the
 Service; a backlog becomes a CompactionJob whose pod runs spark-compact in our image, then one
-whose Spark executors are pods of our image (spec.spark.mode kubernetes); the sidecar
-container is killed and its pod deleted, with nothing lost; deletions leave nothing behind.
-Steps run in order (one cluster); each names what it checks.
+whose Spark executors are pods of our image (spec.spark.mode kubernetes), and the first is pruned
+(the policy's successfulJobsHistoryLimit 1); the sidecar container is killed and its pod deleted,
+with nothing lost; deletions leave nothing behind. Steps run in order (one cluster); each names
+what it checks.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -21,25 +21,15 @@ from typing import Any
 
 import yaml
 
-from logkeeper_operator.times import epoch_of
-
-from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, produce_paused, wait_for
-from .realnode import NODE_NAME, POD_SUBNET, RealNode
+from .compaction_jobs import attempt_seconds, backlog, compaction_jobs, finished
+from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
+from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, printed_columns, wait_for
+from .pods import on_bridge, through_service
+from .realnode import NODE_NAME, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
 LV, POD = "orders", "orders-0"  # names.pod_name: the StatefulSet's one pod
-SIDECAR_PORT = 8080  # the LogVolume's default spec.sidecar.port
 OPERATOR_SA = f"system:serviceaccount:{RELEASE_NAMESPACE}:logkeeper"
-# The operator's settings, faster than the chart's defaults so the steps take seconds, not minutes
-VALUES = f"""
-operator:
-  watchNamespaces: [{NAMESPACE}]
-  settings:
-    status.interval.seconds: 2
-    compaction.interval.seconds: 2
-    retry.delay.seconds: 3
-"""
 POLICY = f"""
 apiVersion: logkeeper.io/v1alpha1
 kind: CleanerPolicy
@@ -50,6 +40,7 @@ spec:
     log.cleaner.backoff.ms: 300
     log.cleaner.dedupe.buffer.size: 24576
     log.cleaner.offload.backlog.min.passes: 2
+  compactionJobs: {{successfulJobsHistoryLimit: 1}}
 """
 LOGVOLUME = f"""
 apiVersion: logkeeper.io/v1alpha1
@@ -96,30 +87,6 @@ def pod(kubectl: Kubectl, name: str = POD) -> dict[str, Any]:
 
 def sidecar_ready(kubectl: Kubectl, min_restarts: int = 0) -> dict[str, Any] | None:
     return container_ready(pod(kubectl), "sidecar", min_restarts)
-
-
-def through_service(kubectl: Kubectl, lv: str = LV) -> Sidecar:
-    """The sidecar's API through its (headless) Service: the ready address its EndpointSlice lists,
-    which is what cluster DNS would answer for the Service's name (there is no DNS server here)."""
-    def address() -> str | None:
-        slices = kubectl.json("get", "endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={lv}")
-        ready = [a for s in slices["items"] for e in s.get("endpoints") or []
-                 if (e.get("conditions") or {}).get("ready") for a in e["addresses"]]
-        return ready[0] if len(ready) == 1 else None
-
-    ip = wait_for(address, 120, f"one ready endpoint of Service {lv}")
-    assert ip.startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), ip
-    secret = kubectl.json("get", "secret", f"{lv}-token", "-n", NAMESPACE)
-    return Sidecar(f"http://{ip}:{SIDECAR_PORT}", base64.b64decode(secret["data"]["token"]).decode())
-
-
-def printed_columns(table: str) -> dict[str, str]:
-    """kubectl's table of one object as {column: value}, cut where each header starts (a value
-    may hold a space: "cleaning 1/1")."""
-    header, row = table.splitlines()[:2]
-    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    return {header[a:b].strip(): row[a:b].strip() for a, b in bounds}
 
 
 def latest_by_key(records: list[dict[str, Any]]) -> dict[str, str]:
@@ -180,7 +147,7 @@ def test_03_chart_lint_and_server_dry_run(helm: Helm, kubectl: Kubectl) -> None:
 def test_04_helm_install_runs_the_operator_in_cluster(helm: Helm, kubectl: Kubectl, node: RealNode,
                                                       env: dict[str, str]) -> None:
     values = node.workdir / "values.yaml"
-    values.write_text(VALUES)
+    values.write_text(OPERATOR_VALUES)
     helm("install", "logkeeper", str(CHART), "-n", RELEASE_NAMESPACE, "-f", str(values), "--wait", "--timeout", "300s")
     dep = kubectl.json("get", "deployment", "logkeeper", "-n", RELEASE_NAMESPACE)
     assert dep["status"].get("readyReplicas") == 1, dep["status"]
@@ -222,7 +189,7 @@ def test_05_logvolume_becomes_ready_on_the_node(kubectl: Kubectl, node: RealNode
         "kind"] == "LogVolume"
     assert not kubectl.json("get", "pvc", f"{LV}-disk-1", "-n", NAMESPACE)["metadata"].get("ownerReferences")
     st = pod(kubectl)["status"]
-    assert st["phase"] == "Running" and st["podIP"].startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), st
+    assert st["phase"] == "Running" and on_bridge(st["podIP"]), st
     # what the runtime runs: the OCI spec containerd gave runc, and the process itself
     info = json.loads(node.crictl("inspect", ready["containerID"].split("://", 1)[1]).stdout)["info"]
     spec = info["runtimeSpec"]
@@ -241,7 +208,7 @@ def test_05_logvolume_becomes_ready_on_the_node(kubectl: Kubectl, node: RealNode
 
 
 def test_06_records_through_the_service_and_cleaning_state(kubectl: Kubectl, node: RealNode) -> None:
-    api = through_service(kubectl)
+    api = through_service(kubectl, LV)
     for rnd in range(4):  # the same keys again and again: a dirty compacted log
         for lo in range(0, 300, 100):  # a batch must fit in a segment (16 KiB here), as in Kafka
             batch = [{"key": f"k{i}", "value": f"v{rnd}-{i}-" + "x" * 40} for i in range(lo, lo + 100)]
@@ -275,29 +242,19 @@ def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl) -> N
     # the new pod itself must serve: the LogVolume's Ready may still be the old pod's until the next poll
     wait_for(lambda: sidecar_ready(kubectl) and condition(lv_json(kubectl), "Ready").get("status") == "True"
              and partition_status(kubectl, "events-2"), 300, "Ready again after the roll")
-    assert latest_by_key(through_service(kubectl).read_all("accounts", 0)) == WRITTEN["accounts"]
+    assert latest_by_key(through_service(kubectl, LV).read_all("accounts", 0)) == WRITTEN["accounts"]
     mark("topic change live; cleaner change rolled the pod, records kept")
 
 
 def test_08_backlog_becomes_a_compaction_job_in_our_image(kubectl: Kubectl, env: dict[str, str]) -> None:
-    api = through_service(kubectl)
-    # 3000 distinct keys, far more than one offset map of 24 KiB holds (~900), each written twice
-    chunks = [[{"key": f"b{chunk % 15}-{i}", "value": f"v{chunk}" + "y" * 20} for i in range(200)]
-              for chunk in range(30)]
-    produce_paused(api, "accounts", 0, chunks)
-    for batch in chunks:
+    api = through_service(kubectl, LV)
+    for batch in backlog(api, "accounts", "b", "v" + "y" * 20):
         WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
-    cjs = wait_for(lambda: kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"], 180,
-                   "a CompactionJob for the backlog on accounts-0")
+    cjs = wait_for(lambda: compaction_jobs(kubectl), 180, "a CompactionJob for the backlog on accounts-0")
     cj = cjs[0]
     assert cj["spec"]["topic"] == "accounts" and cj["spec"]["partition"] == 0
     name = cj["metadata"]["name"]
-
-    def finished() -> dict[str, Any] | None:
-        obj = kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)
-        return dict(obj) if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
-
-    done = wait_for(finished, 600, f"CompactionJob {name} to finish", every_s=3)
+    done = wait_for(lambda: finished(kubectl, name), 600, f"CompactionJob {name} to finish", every_s=3)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["submissionId"] == f"{name}-a1"
     # the API conventions (issue 20): conditions with one reason, observedGeneration, RFC 3339 times
@@ -352,13 +309,6 @@ SPARK_RBAC = [
 ]
 
 
-def attempt_seconds(status: dict[str, Any]) -> float:
-    """A finished CompactionJob's last attempt, start to end (RFC 3339 times, 1 s resolution)."""
-    end, start = epoch_of(status["completionTime"]), epoch_of(status["attemptStartTime"])
-    assert end is not None and start is not None, status
-    return end - start
-
-
 def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]) -> None:
     """spec.spark.mode kubernetes: the Job's pod is the driver, the executors are pods of our image
     on the node (the claim is ReadWriteOnce: the sidecar's node), and the result is exact."""
@@ -377,21 +327,17 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
              "the pod rolled for the new offload master, Ready", every_s=2)
     # the CompactionJobs so far, taken once the new pod runs: the old pod may have handed off a
     # backlog just as the spec changed, a CompactionJob that ends HandOffEnded when the pod rolls
-    before = {c["metadata"]["name"]: c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]}
-    api = through_service(kubectl)
-    chunks = [[{"key": f"b{chunk % 15}-{i}", "value": f"k{chunk}" + "z" * 20} for i in range(200)]
-              for chunk in range(30)]
-    produce_paused(api, "accounts", 0, chunks)
-    for batch in chunks:
+    before = {c["metadata"]["name"]: c for c in compaction_jobs(kubectl)}
+    api = through_service(kubectl, LV)
+    for batch in backlog(api, "accounts", "b", "k" + "z" * 20):
         WRITTEN["accounts"].update({r["key"]: r["value"] for r in batch})
-    cj = wait_for(lambda: next((c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
-                                if c["metadata"]["name"] not in before), None), 180,
+    cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in before), None), 180,
                   "a CompactionJob for the new backlog on accounts-0")
     name = cj["metadata"]["name"]
     assert cj["spec"]["mode"] == "kubernetes", cj["spec"]
     seen: dict[str, dict[str, Any]] = {}  # executor pod -> what it was seen as while the job ran
 
-    def finished() -> dict[str, Any] | None:
+    def watch_executors() -> dict[str, Any] | None:
         for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", "spark-role=executor")["items"]:
             c = (p["status"].get("containerStatuses") or [{}])[0]
             seen.setdefault(p["metadata"]["name"], {}).update(
@@ -403,10 +349,9 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
                 local_dirs=[e.get("value") for e in p["spec"]["containers"][0].get("env") or []
                             if e["name"] == "SPARK_LOCAL_DIRS"],
                 volumes={v["name"]: v.get("emptyDir") for v in p["spec"].get("volumes") or [] if "emptyDir" in v})
-        obj = kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)
-        return dict(obj) if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+        return finished(kubectl, name)
 
-    done = wait_for(finished, 900, f"CompactionJob {name} (executors as pods) to finish", every_s=1)
+    done = wait_for(watch_executors, 900, f"CompactionJob {name} (executors as pods) to finish", every_s=1)
     job_pods = kubectl.json("get", "pods", "-n", NAMESPACE, "-l", f"job-name={name}-a1")["items"]
     if done["status"]["phase"] != "Succeeded" and job_pods:
         print(kubectl("logs", "-n", NAMESPACE, job_pods[0]["metadata"]["name"], "--tail=80", check=False).stdout)
@@ -434,6 +379,14 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
              "the executor pods deleted after the job")
     assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
     local = next(c for c in before.values() if (c.get("status") or {}).get("phase") == "Succeeded")
+    # the policy keeps one succeeded CompactionJob (successfulJobsHistoryLimit: 1): this one; the
+    # earlier ones are pruned by the operator's compaction pass, their Jobs collected with them
+    earlier = sorted(n for n, c in before.items() if (c.get("status") or {}).get("phase") == "Succeeded")
+    wait_for(lambda: not [n for n in earlier if kubectl.exists("compactionjob", n, NAMESPACE)], 60,
+             f"the earlier succeeded CompactionJobs {earlier} pruned (successfulJobsHistoryLimit 1)", every_s=1)
+    wait_for(lambda: not [n for n in earlier if kubectl.exists("job", f"{n}-a1", NAMESPACE)], 60,
+             f"the pruned CompactionJobs' Jobs collected ({earlier})", every_s=1)
+    assert kubectl.exists("compactionjob", name, NAMESPACE), f"the newest succeeded CompactionJob {name} was kept"
     figures = {"local attempt s (step 8)": attempt_seconds(local["status"]),
                "executors-as-pods attempt s": attempt_seconds(done["status"]), "executor pods ran": len(ran)}
     print(f"issue-21 figures: {figures}")
@@ -442,7 +395,7 @@ def test_08b_executors_as_pods_on_the_node(kubectl: Kubectl, env: dict[str, str]
 
 
 def test_09_killed_sidecar_container_is_restarted_with_nothing_lost(kubectl: Kubectl, node: RealNode) -> None:
-    api = through_service(kubectl)
+    api = through_service(kubectl, LV)
     WRITTEN["events"] = [f"e{i}-{secrets.token_hex(4)}" for i in range(50)]
     api.produce("events", 0, [{"key": f"e{i}", "value": v} for i, v in enumerate(WRITTEN["events"])])
     before = sidecar_ready(kubectl)
@@ -452,7 +405,7 @@ def test_09_killed_sidecar_container_is_restarted_with_nothing_lost(kubectl: Kub
     after = wait_for(lambda: sidecar_ready(kubectl, min_restarts=before.get("restartCount", 0) + 1), 300,
                      "kubelet to restart the sidecar container and /readyz to pass again", every_s=2)
     assert after["containerID"] != before["containerID"]
-    api = through_service(kubectl)
+    api = through_service(kubectl, LV)
     assert api.values("events", 0) == WRITTEN["events"], "records lost across the container restart"
     assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
     mark(f"sidecar container SIGKILLed, restarted by kubelet (restartCount {after['restartCount']}), nothing lost")
@@ -463,7 +416,7 @@ def test_10_deleted_pod_comes_back_with_its_data(kubectl: Kubectl) -> None:
     kubectl("delete", "pod", POD, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
     wait_for(lambda: pod(kubectl)["metadata"]["uid"] != uid and sidecar_ready(kubectl), 300,
              "the StatefulSet's new pod Ready", every_s=2)
-    api = through_service(kubectl)
+    api = through_service(kubectl, LV)
     assert api.values("events", 0) == WRITTEN["events"], "records lost across the pod's deletion"
     assert latest_by_key(api.read_all("accounts", 0)) == WRITTEN["accounts"]
     print(kubectl("get", "pods", "-A", "-o", "wide").stdout)

@@ -36,27 +36,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, produce_paused, wait_for
-from .realnode import NODE_NAME, POD_SUBNET, RealNode
-from .test_e2e import VALUES as E2E_VALUES
-from .test_e2e import through_service
+from .compaction_jobs import backlog, compaction_jobs, finished, progressing, unfinished_jobs
+from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
+from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, timed_wait, wait_for
+from .pods import LEASE, holder_pod, leader_of, metrics, operator_pods, ready_operator_pods, sample, through_service
+from .realnode import NODE_NAME, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
 LV, POD = "lifecycle", "lifecycle-0"
-LEASE = "logkeeper-operator-leader"  # names.LEASE_NAME
-METRICS_PORT = 8080  # the chart's operator.livenessPort
 RECONCILE_S = 10
 LEASE_S, RETRY_S = 15, 2  # the chart's lease.duration.seconds and lease.retry.seconds (kept)
 # test_e2e.py's operator settings, with drift repair every RECONCILE_S
-VALUES = E2E_VALUES + f"    reconcile.interval.seconds: {RECONCILE_S}\n"
+VALUES = OPERATOR_VALUES + f"    reconcile.interval.seconds: {RECONCILE_S}\n"
 LOGVOLUME = {
     "apiVersion": "logkeeper.io/v1alpha1", "kind": "LogVolume", "metadata": {"name": LV, "namespace": NAMESPACE},
     "spec": {"volumes": [{"id": "disk-0", "size": "1Gi", "deleteClaim": True}],
@@ -78,7 +74,6 @@ JOBS_POLICY_YAML = {"apiVersion": "logkeeper.io/v1alpha1", "kind": "CleanerPolic
                              "compactionJobs": {"ttlSecondsAfterFinished": 5}}}
 BACKLOG_TOPIC = {"name": "acc", "partitions": 1, "configs": {"cleanup.policy": ["compact"], "segment.bytes": 16384,
                                                              "min.cleanable.dirty.ratio": 0.01}}
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
 
 
 def lv_json(kubectl: Kubectl) -> dict[str, Any]:
@@ -92,58 +87,6 @@ def lv_ready(kubectl: Kubectl) -> bool:
                 and not pod["metadata"].get("deletionTimestamp") and container_ready(pod, "sidecar"))
 
 
-def operator_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
-    """The operator's pods that are not being deleted."""
-    items = kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=logkeeper")["items"]
-    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
-
-
-def ready_operator_pods(kubectl: Kubectl, n: int) -> list[dict[str, Any]] | None:
-    pods = operator_pods(kubectl)
-    ready = [p for p in pods if container_ready(p, "operator") and p["status"].get("podIP")]
-    return ready if len(pods) == n and len(ready) == n else None
-
-
-def on_bridge(ip: str) -> str:
-    """``ip`` after checking it is a pod's on the node's bridge (no traffic leaves the node)."""
-    assert ip.startswith(POD_SUBNET.rsplit(".", 1)[0] + "."), ip
-    return ip
-
-
-def metrics(ip: str, port: int = METRICS_PORT, path: str = "/metrics") -> list[tuple[str, dict[str, str], float]]:
-    """The samples of http://IP:PORT/PATH (Prometheus text) as (name, labels, value)."""
-    with urllib.request.urlopen(f"http://{on_bridge(ip)}:{port}{path}", timeout=5) as r:
-        text = r.read().decode()
-    out = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if m and not line.startswith("#"):
-            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-            out.append((m.group(1), labels, float(m.group(3))))
-    return out
-
-
-def sample(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float | None:
-    """The sum of ``name``'s samples whose labels include ``labels``; None when there is none."""
-    found = [v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items())]
-    return sum(found) if found else None
-
-
-def leader_of(ip: str) -> float | None:
-    """logkeeper_operator_leader of the operator at ``ip``; None when it does not answer."""
-    try:
-        return sample(metrics(ip), "logkeeper_operator_leader")
-    except OSError:
-        return None
-
-
-def holder_pod(kubectl: Kubectl) -> str | None:
-    """The pod of the Lease's holder (its identity is the pod's name, '_', a per-process suffix)."""
-    lease = kubectl.json("get", "lease", LEASE, "-n", RELEASE_NAMESPACE)
-    who = (lease.get("spec") or {}).get("holderIdentity")
-    return str(who).rsplit("_", 1)[0] if who else None
-
-
 def repaired(kubectl: Kubectl) -> dict[str, str]:
     """The LogVolume's `Repaired` events, name -> message (each repair is a new event)."""
     events = kubectl.json("get", "events", "-n", NAMESPACE, "--field-selector",
@@ -154,13 +97,6 @@ def repaired(kubectl: Kubectl) -> dict[str, str]:
 
 def repaired_since(kubectl: Kubectl, before: dict[str, str]) -> set[str]:
     return {m for name, m in repaired(kubectl).items() if name not in before}
-
-
-def timed_wait(check: Any, timeout_s: float, what: str, every_s: float = 0.5) -> float:
-    """Seconds until ``check`` holds (wait_for's bound and failure message)."""
-    t0 = time.monotonic()
-    wait_for(check, timeout_s, what, every_s=every_s)
-    return round(time.monotonic() - t0, 1)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -310,32 +246,6 @@ def test_16_cel_rules_refuse_bad_specs_naming_the_field(kubectl: Kubectl) -> Non
     mark(f"CEL: {len(cases) + 1} bad specs refused by kubectl apply, each naming its field")
 
 
-def compaction_jobs(kubectl: Kubectl) -> list[dict[str, Any]]:
-    return [c for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
-            if not c["metadata"].get("deletionTimestamp")]
-
-
-def unfinished_jobs(kubectl: Kubectl) -> list[str]:
-    return [c["metadata"]["name"] for c in kubectl.json("get", "compactionjobs", "-n", NAMESPACE)["items"]
-            if (c.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-
-
-def cj_or_none(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
-    out = kubectl("get", "compactionjob", name, "-n", NAMESPACE, "-o", "json", "--ignore-not-found").stdout
-    return dict(json.loads(out)) if out.strip() else None
-
-
-def progressing(cj: dict[str, Any]) -> dict[str, Any]:
-    return next((c for c in (cj.get("status") or {}).get("conditions") or [] if c["type"] == "Progressing"), {})
-
-
-def backlog(api: Sidecar, prefix: str) -> None:
-    """3000 distinct keys on acc-0, each written twice: more than one offset map of the policy's
-    24 KiB holds (~900 keys), so the sidecar hands the partition to a CompactionJob."""
-    produce_paused(api, "acc", 0, [[{"key": f"{prefix}{chunk % 15}-{i}", "value": f"v{chunk}"} for i in range(200)]
-                                   for chunk in range(30)])
-
-
 def on_node(node: RealNode, staging: str) -> Path:
     """Where the pod's path ``staging`` (/data/disk-0/...) is on the node (the static PV's dir)."""
     prefix = "/data/disk-0/"
@@ -356,7 +266,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     wait_for(lambda: kubectl.json("get", "pod", POD, "-n", NAMESPACE)["metadata"]["uid"] != uid and lv_ready(kubectl),
              300, f"LogVolume {LV} Ready after the cleaner change rolled its pod", every_s=2)
     api = through_service(kubectl, LV)
-    backlog(api, "b")
+    backlog(api, "acc", "b", "v")
     cj = wait_for(lambda: next(iter(compaction_jobs(kubectl)), None), 180, "a CompactionJob for acc-0")
     name, staging = cj["metadata"]["name"], on_node(node, cj["spec"]["staging"])
     stuck = wait_for(lambda: (c := progressing(kubectl.json("get", "compactionjob", name, "-n", NAMESPACE)))
@@ -393,7 +303,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
                     if (p["topic"], p["partition"]) == ("acc", 0))["retry_at_ms"]
     wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, "the cancelled hand-off's retry backoff over",
              every_s=0.2)
-    backlog(api, "c")
+    backlog(api, "acc", "c", "v")
     nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
                    "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
     name = nxt["metadata"]["name"]
@@ -403,8 +313,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     assert "FailedCreate" in refused["message"] and "exceeded quota" in refused["message"], refused
     mark(f"CompactionJob {name}: AdmissionRejected: {refused['message'][:80]}")
     kubectl("delete", "resourcequota", "one-pod", "-n", NAMESPACE)
-    done = wait_for(lambda: (c := cj_or_none(kubectl, name)) and (c.get("status") or {}).get("phase")
-                    in ("Succeeded", "Failed") and c, 600, f"CompactionJob {name} finished after the quota was lifted",
+    done = wait_for(lambda: finished(kubectl, name), 600, f"CompactionJob {name} finished after the quota was lifted",
                     every_s=1)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     ended = time.monotonic()
@@ -418,7 +327,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
 
     # deleting a CompactionJob while its pod runs Spark: the Job and its pod deleted, the staging removed
     done_names = {name}
-    backlog(api, "d")
+    backlog(api, "acc", "d", "v")
     cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in done_names
                                 and (c.get("status") or {}).get("phase") == "Running"), None), 180,
                   "a third CompactionJob Running")
