@@ -242,9 +242,11 @@ def test_finished_jobs_are_pruned_by_ttl_and_history() -> None:
         return {"metadata": {"name": name}, "status": {"phase": phase, "completionTime": ended}}
     day = "2030-01-0{}T00:00:00Z"
     js = [job("s1", "Succeeded", day.format(1)), job("s2", "Succeeded", day.format(2)),
-          job("s3", "Succeeded", day.format(3)), job("f1", "Failed", day.format(1)), job("r", "Running", "")]
+          job("s3", "Succeeded", day.format(3)), job("f1", "Failed", day.format(1)), job("f2", "Failed", day.format(2)),
+          job("r", "Running", "")]
     now = 1893456000.0 + 3 * 86400  # 2030-01-04
     assert expired(js, 10 * 86400, 2, 5, now) == ["s1"]  # history: the newest 2 successes kept
+    assert expired(js, 10 * 86400, 5, 1, now) == ["f1"]  # and the newest failure, each phase on its own
     assert expired(js, 2 * 86400 + 1, 5, 5, now) == ["f1", "s1"]  # TTL after finish
     assert "r" not in expired(js, 0, 0, 0, now)  # an unfinished job is never pruned
 
@@ -259,3 +261,16 @@ def test_prune_reads_the_cleaner_policys_limits() -> None:
     kube.put(done)
     assert jobs.prune(kube, lv, [done], 1893456000.0 + 60) == ["cj"]
     assert ("CompactionJob", "ns", "cj") not in kube.objects
+
+
+def test_prune_reads_the_failed_limit_apart_from_the_successful_one() -> None:
+    kube = FakeKube()
+    kube.put({"kind": "CleanerPolicy", "metadata": {"name": "p", "namespace": "ns"},
+              "spec": {"cleaner": {}, "compactionJobs": {"failedJobsHistoryLimit": 0}}})
+    lv = kube.put({**lv_body(), "spec": {**lv_body()["spec"], "cleanerPolicyRef": {"name": "p"}}})
+    ended = "2030-01-01T00:00:00Z"
+    failed = kube.put(cj_body("f", phase="Failed", completionTime=ended))
+    succeeded = kube.put(cj_body("s", phase="Succeeded", completionTime=ended))
+    # the failed one goes; the succeeded one stays under the default successfulJobsHistoryLimit (3)
+    assert jobs.prune(kube, lv, [failed, succeeded], 1893456000.0 + 60) == ["f"]
+    assert ("CompactionJob", "ns", "s") in kube.objects
