@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -123,10 +122,8 @@ def test_thread_runner_wakes_up_for_a_new_earlier_task() -> None:
     s.start()
     try:
         ran = threading.Event()
-        started = time.monotonic()
         s.schedule_once("soon", ran.set, 0)
-        assert ran.wait(5)
-        assert time.monotonic() - started < 10  # woken at once, not after the late task's 60 s wait
+        assert ran.wait(5)  # woken for it, not left sleeping until the late task's 60 s
     finally:
         s.shutdown()
 
