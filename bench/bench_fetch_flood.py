@@ -35,30 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_kafka_flood import sample, still_serves
 
-from logkeeper.protocol import messages as m
-from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
-from tests.kafka_wire import WireClient, fetch_frame
+from tests.kafka_wire import WireClient, fetch_frame, fill_partition
 
 RESULTS = Path(__file__).parent / "results" / "fetch_flood.md"
 MIB = 1 << 20
 TOPIC = "flood"
-
-
-def fill(bootstrap: str, data_mib: int) -> None:
-    """``data_mib`` MiB of 1,000-byte records, 500 a batch."""
-    wire = WireClient(bootstrap, timeout_s=30)
-    try:
-        now = int(time.time() * 1000)
-        for i in range(data_mib * MIB // 500_000 + 1):
-            batch = build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
-            answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000,
-                                              "topic_data": [{"name": TOPIC, "partition_data": [
-                                                  {"index": 0, "records": batch}]}]})
-            if answer["responses"][0]["partition_responses"][0]["error_code"] != 0:
-                raise RuntimeError(f"produce failed: {answer}")
-    finally:
-        wire.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         proc = SidecarProcess(Path(tmp) / "sidecar", config, env=env)
         with proc:
             bootstrap = KAFKA_LISTENING.findall(proc.output())[0]
-            fill(bootstrap, args.data_mib)
+            fill_partition(bootstrap, TOPIC, args.data_mib * MIB // 500_000 + 1)
             time.sleep(1.0)
             base = proc.rss_bytes()
             print(f"RSS at rest, {args.data_mib} MiB in the partition: {base / MIB:.1f} MiB", flush=True)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import Any
 
-from logkeeper.protocol.messages import APIS, FETCH
+from logkeeper.protocol.messages import APIS, FETCH, PRODUCE
 from logkeeper.protocol.primitives import Reader, Writer
+from logkeeper.records.builder import Record, build_batch
 
 
 def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 1,
@@ -43,6 +45,22 @@ def fetched_records(frame: bytes, correlation_id: int = 1) -> bytes:
     """The records of the first partition of a ``fetch_frame`` answer."""
     records: bytes = decode_response(FETCH, 11, frame, correlation_id)["responses"][0]["partitions"][0]["records"]
     return records
+
+
+def fill_partition(bootstrap: str, topic: str, batches: int) -> None:
+    """Append ``batches`` batches of 500 records of 1,000 bytes (500,000 bytes of values each) to
+    partition 0 of ``topic`` (Produce v8, acks 1); a refused produce fails, naming its answer."""
+    wire = WireClient(bootstrap)
+    try:
+        now = int(time.time() * 1000)
+        for i in range(batches):
+            batch = build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
+            answer = wire.call(PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+            if answer["responses"][0]["partition_responses"][0]["error_code"] != 0:
+                raise AssertionError(f"produce to {topic}-0 refused: {answer}")
+    finally:
+        wire.close()
 
 
 class WireClient:

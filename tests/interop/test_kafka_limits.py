@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from logkeeper.protocol import messages as m
-from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
-from tests.kafka_wire import WireClient, fetch_frame, fetched_records, request_frame
+from tests.kafka_wire import WireClient, fetch_frame, fetched_records, fill_partition, request_frame
 
 KIB, MIB = 1024, 1024 * 1024
 API_VERSIONS_BODY = {"client_software_name": "t", "client_software_version": "1"}
@@ -230,14 +229,7 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     # an answer twice what the kernel's send buffer may take (tcp_wmem's maximum, 4 MiB by default),
     # so that asyncio holds the rest and pauses the writes
     answer_bytes = max(8 * MIB, 2 * int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]))
-    wire = WireClient(small.kafka_bootstrap)
-    now = int(time.time() * 1000)
-    for i in range(answer_bytes // (500 * 1000) + 1):
-        batch = build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
-        answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
-            {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
-        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
-    wire.close()
+    fill_partition(small.kafka_bootstrap, "big", answer_bytes // (500 * 1000) + 1)
     wire = WireClient(small.kafka_bootstrap, rcvbuf=4096)  # the answer waits in the sidecar
     limit = 2 * answer_bytes
     fetch = fetch_frame("big", limit)
@@ -256,7 +248,6 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     assert sizes[0] > answer_bytes
 
 
-
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
     """A response pool of 16 MiB and a partition of 24 MiB."""
@@ -264,14 +255,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess
     config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.queued.max.response.bytes": 16 * MIB},
               "topics": {"big": {"partitions": 1}}}
     with SidecarProcess(root, config) as proc:
-        wire = WireClient(proc.kafka_bootstrap)
-        now = int(time.time() * 1000)
-        for i in range(48):
-            batch = build_batch([Record(j, now, None, bytes([i]) * 1000) for j in range(500)])
-            answer = wire.call(m.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
-                {"name": "big", "partition_data": [{"index": 0, "records": batch}]}]})
-            assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
-        wire.close()
+        fill_partition(proc.kafka_bootstrap, "big", 48)
         yield proc
 
 
@@ -294,7 +278,6 @@ def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: 
         waiting.read_frame()
     waiting.sock.settimeout(30)
     slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
-    slow.sock.settimeout(30)
     first = slow.read_frame()
     assert first is not None
     # the pool's 16 MiB, not the 24 MiB the partition holds nor the 40 MiB asked for (a first batch
