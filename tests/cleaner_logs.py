@@ -12,7 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from logkeeper.cleaner.cleaner import Cleaner
+from logkeeper.cleaner.offset_map import SipHashOffsetMap
+from logkeeper.cleaner.selection import LogToClean
+from logkeeper.cleaner.txn import collect_aborted
+from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log.log import Log
+from logkeeper.log.log_config import LogConfig
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.batch_format import HEADER_SIZE, TIMESTAMP_TYPE_MASK
 from logkeeper.records.builder import ControlType, Headers, Record, build_batch, build_marker_batch
@@ -172,3 +178,54 @@ def ensure_valid_segments(log: Log) -> None:
         if t.stop_reason != ScanStop.END:
             raise CorruptRecordError(t.stop_position, f"scan stopped: {t.stop_reason.name}", str(seg.log.path))
         ensure_valid(buf, t, str(seg.log.path))
+
+
+def make_log(tmp_path: Path, clock: Clock, name: str = "test-0", **props: object) -> Log:
+    """A compacted log as Kafka's LogCleanerTest makes one: 1 KiB segments and indexes, replaced
+    files removed at once; ``props`` override its config (``segment_bytes`` for segment.bytes)."""
+    config = {"segment.bytes": 1024, "segment.index.bytes": 1024, "cleanup.policy": "compact",
+              "file.delete.delay.ms": 0}
+    config.update({k.replace("_", "."): v for k, v in props.items()})
+    return Log(tmp_path / name, LogConfig.from_props(config), clock_ms=clock)
+
+
+def make_cleaner(clock: Clock, capacity: int = INT_MAX, *, map_type: type[SipHashOffsetMap] = SipHashOffsetMap,
+                 check_done: object = None, max_message_size: int = 64 * 1024) -> Cleaner:
+    """Kafka's LogCleanerTest cleaner: an offset map of ``capacity`` slots at load factor 0.75 and
+    I/O buffers of ``max_message_size``."""
+    kwargs: dict[str, object] = {}
+    if check_done is not None:
+        kwargs["check_done"] = check_done
+    return Cleaner(0, map_type(slots=capacity, load_factor=0.75), io_buffer_size=max_message_size,
+                   max_io_buffer_size=max_message_size, load_factor=0.75, clock_ms=clock, **kwargs)  # type: ignore[arg-type]
+
+
+def ltc(log: Log, start: int, end: int | None = None) -> LogToClean:
+    """The log to clean from ``start`` to ``end`` (the active segment's base by default)."""
+    return LogToClean(log, start, log.active_segment.base_offset if end is None else end)
+
+
+def ikeys(log: Log) -> list[int]:
+    """The log's keys, read as integers (null keys left out)."""
+    return [int(k) for k in keys_in_log(log) if k is not None]
+
+
+class FakeOffsetMap(SipHashOffsetMap):
+    """As Kafka's LogCleanerTest.FakeOffsetMap: ``clear`` keeps the latest offset, so a round with
+    an empty dirty section still recopies the log up to it (the tests rely on that to re-clean)."""
+
+    def clear(self) -> None:
+        latest = self.latest_offset
+        super().clear()
+        self.update_latest_offset(latest)
+
+
+def aborted(log: Log) -> list[AbortedTxn]:
+    """Every aborted transaction of the log, from its transaction indexes."""
+    return collect_aborted(log, 0, log.log_end_offset)
+
+
+def record(log: Log, key: int, value: int | None, **kw: object) -> int:
+    """Append one record whose key and value are the decimal strings of ``key`` and ``value`` (None: a
+    tombstone); its offset."""
+    return append_kvs(log, [(str(key).encode(), None if value is None else str(value).encode())], **kw)  # type: ignore[arg-type]

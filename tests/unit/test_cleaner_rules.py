@@ -1,5 +1,6 @@
-"""Kafka's LogCleanerTest scenarios on logkeeper's Cleaner: retention rules, partial maps, segment
-grouping, offset maps, tombstones, gaps, large and corrupt batches, abort."""
+"""Kafka's LogCleanerTest scenarios on logkeeper's Cleaner: retention rules, partial maps,
+tombstones, gaps, large and corrupt batches, abort (segment grouping and building offset maps:
+test_cleaner_grouping.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
@@ -17,7 +17,6 @@ from logkeeper.cleaner.txn import CleanedTransactionMetadata
 from logkeeper.errors import CorruptRecordError, CrcMismatchError, LogCleaningAbortedError
 from logkeeper.log import version_cache
 from logkeeper.log.log import Log
-from logkeeper.log.log_config import LogConfig
 from logkeeper.log.names import TopicPartition
 from logkeeper.records.compression import Codec
 from tests.cleaner_logs import (
@@ -28,44 +27,20 @@ from tests.cleaner_logs import (
     append_kvs,
     append_with_offsets,
     ensure_valid_segments,
-    keys_in_log,
+    ikeys,
     log_batches,
+    ltc,
+    make_cleaner,
+    make_log,
     offsets_in_log,
     read_log,
+    record,
 )
 
 
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-def make_log(tmp_path: Path, clock: Clock, name: str = "test-0", **props: object) -> Log:
-    config = {"segment.bytes": 1024, "segment.index.bytes": 1024, "cleanup.policy": "compact",
-              "file.delete.delay.ms": 0}
-    config.update({k.replace("_", "."): v for k, v in props.items()})
-    return Log(tmp_path / name, LogConfig.from_props(config), clock_ms=clock)
-
-
-def make_cleaner(clock: Clock, capacity: int = INT_MAX, *, check_done: object = None,
-                 max_message_size: int = 64 * 1024) -> Cleaner:
-    kwargs: dict[str, object] = {}
-    if check_done is not None:
-        kwargs["check_done"] = check_done
-    return Cleaner(0, SipHashOffsetMap(slots=capacity, load_factor=0.75), io_buffer_size=max_message_size,
-                   max_io_buffer_size=max_message_size, load_factor=0.75, clock_ms=clock, **kwargs)  # type: ignore[arg-type]
-
-
-def record(log: Log, key: int, value: int | None, **kw: object) -> int:
-    return append_kvs(log, [(str(key).encode(), None if value is None else str(value).encode())], **kw)  # type: ignore[arg-type]
-
-
-def ikeys(log: Log) -> list[int]:
-    return [int(k) for k in keys_in_log(log) if k is not None]
-
-
-def ltc(log: Log, start: int, end: int | None = None) -> LogToClean:
-    return LogToClean(log, start, log.active_segment.base_offset if end is None else end)
 
 
 def fake_map(keys: list[int], offset: int = LONG_MAX) -> SipHashOffsetMap:
@@ -246,147 +221,6 @@ def test_clean_segments_retaining_last_empty_batch(tmp_path: Path, clock: Clock)
     assert len(batches) == 1
     assert batches[0].last_offset == log.segments.values()[-1].base_offset - 1
     assert batches[0].record_count == 0
-
-
-def test_segment_grouping(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock, segment_bytes=300, index_interval_bytes=1)
-    cleaner = make_cleaner(clock)
-    while len(log.segments) < 10:
-        append_kvs(log, [(b"hello", b"hello")])
-    segs = log.segments.values()
-
-    def order_ok(groups: list[list[object]]) -> bool:
-        offsets = [s.base_offset for g in groups for s in g]  # type: ignore[attr-defined]
-        return offsets == sorted(offsets)
-
-    groups = cleaner.group_segments_by_size(segs, INT_MAX, INT_MAX, log.log_end_offset)
-    assert len(groups) == 1 and len(groups[0]) == len(segs)
-    assert order_ok(groups)  # type: ignore[arg-type]
-    groups = cleaner.group_segments_by_size(segs, 1, INT_MAX, log.log_end_offset)
-    assert len(groups) == len(segs) and all(len(g) == 1 for g in groups)
-    groups = cleaner.group_segments_by_size(segs, INT_MAX, 1, log.log_end_offset)
-    assert len(groups) == len(segs) and all(len(g) == 1 for g in groups)
-    group_size = 3
-    log_size = sum(s.size_in_bytes for s in segs[:group_size]) + 1
-    groups = cleaner.group_segments_by_size(segs, log_size, INT_MAX, log.log_end_offset)
-    assert order_ok(groups)  # type: ignore[arg-type]
-    assert all(len(g) == group_size for g in groups[:-1])
-    index_size = sum(s.offset_index.size_in_bytes for s in segs[:group_size]) + 1
-    groups = cleaner.group_segments_by_size(segs, INT_MAX, index_size, log.log_end_offset)
-    assert order_ok(groups)  # type: ignore[arg-type]
-    assert all(len(g) == group_size for g in groups[:-1])
-
-
-def test_segment_grouping_with_sparse_offsets(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock, segment_bytes=400, index_interval_bytes=1)
-    cleaner = make_cleaner(clock)
-    while len(log.segments) == 1:
-        append_kvs(log, [(b"hello", b"hello")])
-    append_with_offsets(log, [(b"hello", b"hello")], [INT_MAX - 1])
-    append_kvs(log, [(b"hello", b"hello")])
-    assert log.active_segment.offset_index.last_offset == INT_MAX
-    assert len(cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, log.log_end_offset)) == 1
-    append_kvs(log, [(b"hello", b"hello")])
-    groups = cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, log.log_end_offset)
-    assert len(groups) == 2
-    while len(log.segments) < 4:
-        append_kvs(log, [(b"hello", b"hello")])
-    groups = cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, log.log_end_offset)
-    assert len(groups) == len(log.segments) - 1
-    for g in groups:
-        assert g[-1].offset_index.last_offset - g[0].offset_index.base_offset <= INT_MAX
-
-
-def test_segment_grouping_with_sparse_offsets_and_empty_segments(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock, segment_bytes=1 << 30, segment_index_bytes=10 << 20)
-    cleaner = make_cleaner(clock)
-    for i in range(3):
-        append_kvs(log, [(b"key", b"val")])
-        append_with_offsets(log, [(b"key", b"val")], [(i + 1) * (INT_MAX + 1) - 1])
-        assert len(log.segments) == i + 1
-    append_kvs(log, [(b"key", b"val")])
-    first_uncleanable = log.log_end_offset - 1
-    assert len(log.segments) == 4
-    groups = cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, first_uncleanable)
-    assert len(groups) == 3
-    cleaner.clean(ltc(log, 0, first_uncleanable))
-    assert len(log.segments) == 4
-    assert log.segments.values()[0].size_in_bytes == 0
-    groups = cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, first_uncleanable)
-    assert len(groups) == 2
-    cleaner.clean(ltc(log, 0, first_uncleanable))
-    assert len(log.segments) == 3
-    ensure_valid_segments(log)
-
-
-def test_segment_grouping_following_load_of_zero_index(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock, segment_bytes=400, index_interval_bytes=400)
-    cleaner = make_cleaner(clock)
-    append_with_offsets(log, [(b"hello", b"hello")], [0])
-    append_with_offsets(log, [(b"hello", b"hello")], [1])
-    log.roll(INT_MAX // 2)
-    append_with_offsets(log, [(b"hello", b"hello")], [INT_MAX // 2])
-    append_with_offsets(log, [(b"hello", b"hello")], [INT_MAX + 1])
-    assert log.log_end_offset - 1 - log.log_start_offset > INT_MAX
-    groups = cleaner.group_segments_by_size(log.segments.values(), INT_MAX, INT_MAX, log.log_end_offset)
-    assert len(groups) == 2
-    for g in groups:
-        assert g[-1].read_next_offset() - 1 - g[0].base_offset <= INT_MAX
-
-
-def test_build_offset_map(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock)
-    cleaner = make_cleaner(clock)
-    for i in range(500):
-        record(log, i, i)
-    segs = log.segments.values()
-
-    def check_range(start: int, end: int) -> None:
-        m = SipHashOffsetMap(slots=1000)
-        stats = CleanerStats()
-        cleaner.build_offset_map(log, start, end, m, stats)
-        assert m.latest_offset + 1 == end
-        assert m.size == end - start
-        for i in range(start, end):
-            assert m.get(str(i).encode()) == i
-        assert m.get(str(start - 1).encode()) == -1
-        assert m.get(str(end).encode()) == -1
-        assert stats.map_messages_read == end - start
-
-    check_range(0, segs[1].base_offset)
-    check_range(segs[1].base_offset, segs[3].base_offset)
-    check_range(segs[3].base_offset, log.log_end_offset)
-
-
-def test_build_offset_map_fake_large(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock, segment_bytes=120, segment_index_bytes=120)
-    cleaner = make_cleaner(clock)
-    end = 7_206_178
-    append_with_offsets(log, [(b"0", b"0")], [0])
-    append_with_offsets(log, [(b"1", b"1")], [end])
-    m = SipHashOffsetMap(slots=1000)
-    cleaner.build_offset_map(log, 0, end + 1, m, CleanerStats())
-    assert m.latest_offset == end
-    assert m.size == 2
-    assert m.get(b"0") == 0
-    assert m.get(b"1") == end
-
-
-def test_build_partial_offset_map(tmp_path: Path, clock: Clock) -> None:
-    log = make_log(tmp_path, clock)
-    cleaner = make_cleaner(clock, 3)  # two keys fit
-    for i in range(5):
-        record(log, i, i)
-    log.roll()
-    stats = CleanerStats()
-    m = cleaner.offset_map
-    cleaner.build_offset_map(log, 2, INT_MAX, m, stats)
-    assert m.size == 2
-    assert m.get(b"0") == -1
-    assert m.get(b"2") == 2
-    assert m.get(b"3") == 3
-    assert m.get(b"4") == -1
-    assert stats.map_messages_read == 4
 
 
 def test_clean_tombstone(tmp_path: Path, clock: Clock) -> None:

@@ -1,5 +1,5 @@
 """Kafka's LogCleanerTest transaction scenarios: aborted data, COMMIT and ABORT markers, empty batches
-kept for active producers, the transaction index of cleaned segments."""
+kept for active producers (the transaction index through a round: test_cleaner_txn_index.py)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,28 @@ from logkeeper.cleaner.cleaner import Cleaner
 from logkeeper.cleaner.offset_map import SipHashOffsetMap
 from logkeeper.cleaner.selection import LogToClean
 from logkeeper.cleaner.stats import CleanerStats
-from logkeeper.cleaner.txn import AbortedTxns, CleanedTransactionMetadata, collect_aborted
+from logkeeper.cleaner.txn import CleanedTransactionMetadata, collect_aborted
 from logkeeper.index.txn_index import AbortedTxn
 from logkeeper.log.log import Log
-from logkeeper.log.log_config import LogConfig
 from logkeeper.records.builder import ControlType, control_key
+from tests import cleaner_logs
 from tests.cleaner_logs import (
     INT_MAX,
     LARGE_TS,
     LONG_MAX,
     RETENTION_MS,
     Clock,
+    FakeOffsetMap,
     TxnProducer,
+    aborted,
     append_kvs,
     append_marker,
     ensure_valid_segments,
-    keys_in_log,
+    ikeys,
     last_offsets_per_batch,
     log_batches,
+    ltc,
+    make_log,
     offsets_in_log,
 )
 
@@ -38,43 +42,13 @@ def clock() -> Clock:
     return Clock()
 
 
-def make_log(tmp_path: Path, clock: Clock, **props: object) -> Log:
-    config = {"segment.bytes": 1024, "segment.index.bytes": 1024, "cleanup.policy": "compact",
-              "file.delete.delay.ms": 0}
-    config.update({k.replace("_", "."): v for k, v in props.items()})
-    return Log(tmp_path / "test-0", LogConfig.from_props(config), clock_ms=clock)
-
-
-class FakeOffsetMap(SipHashOffsetMap):
-    """As Kafka's LogCleanerTest.FakeOffsetMap: ``clear`` keeps the latest offset, so a round with
-    an empty dirty section still recopies the log up to it (the tests rely on that to re-clean)."""
-
-    def clear(self) -> None:
-        latest = self.latest_offset
-        super().clear()
-        self.update_latest_offset(latest)
-
-
 def make_cleaner(clock: Clock, capacity: int = INT_MAX) -> Cleaner:
-    return Cleaner(0, FakeOffsetMap(slots=capacity, load_factor=0.75), io_buffer_size=64 * 1024,
-                   max_io_buffer_size=64 * 1024, load_factor=0.75, clock_ms=clock)
-
-
-def ikeys(log: Log) -> list[int]:
-    return [int(k) for k in keys_in_log(log) if k is not None]
-
-
-def ltc(log: Log, start: int) -> LogToClean:
-    return LogToClean(log, start, log.active_segment.base_offset)
+    return cleaner_logs.make_cleaner(clock, capacity, map_type=FakeOffsetMap)
 
 
 def two_pass(cleaner: Cleaner, t: LogToClean, now: int) -> int:
     cleaner.do_clean(t, now)
     return cleaner.do_clean(t, now + RETENTION_MS + 1)[0]
-
-
-def aborted(log: Log) -> list[AbortedTxn]:
-    return collect_aborted(log, 0, log.log_end_offset)
 
 
 def batch_bases(log: Log) -> list[int]:
@@ -477,68 +451,3 @@ def test_undecided_transactional_data_is_not_cleanable(tmp_path: Path, clock: Cl
     log.roll()
     offsets = cleanable_offsets(log, None, clock.now)
     assert offsets.first_uncleanable_dirty_offset == log.active_segment.base_offset
-
-
-def _walk_every_index(log: Log, start: int, upper: int) -> list[AbortedTxn]:
-    """collect_aborted as Kafka writes it: every later segment's index, read for this call."""
-    floor = log.segments.floor_segment(start)
-    out: list[AbortedTxn] = []
-    for seg in log.segments.values(floor.base_offset if floor else 0, None) if floor else ():
-        for t in seg.txn_index.entries:
-            if t.last_offset >= log.log_start_offset and t.first_offset < upper:
-                out.append(t)
-            if t.last_stable_offset >= upper:
-                return out
-    return out
-
-
-def test_aborted_txns_read_once_answer_every_range_as_a_walk_of_the_indexes(tmp_path: Path, clock: Clock) -> None:
-    """A round reads the transaction indexes once (AbortedTxns) and asks for each group's range:
-    the same answer as reading every later segment's index for each (which was quadratic in the
-    segments), including markers in a later segment than their data."""
-    log = make_log(tmp_path, clock, segment_bytes=300)
-    producers = [TxnProducer(log, pid) for pid in (1, 2, 3)]
-    for i in range(12):
-        p = producers[i % 3]
-        p.append([i, i + 1])
-        if i % 4 == 3:
-            log.roll()  # the marker lands in a later segment than the data
-        (p.abort if i % 2 else p.commit)()
-        append_kvs(log, [(b"plain", b"v")])
-    log.roll()
-    bases = [seg.base_offset for seg in log.segments.values()]
-    assert len(bases) > 4 and sum(len(seg.txn_index.entries) for seg in log.segments.values()) >= 5
-    once = AbortedTxns(log.segments, log.log_start_offset, bases[0])
-    end = log.log_end_offset
-    for start in bases:
-        for upper in sorted({start + 1, start + 3, *bases, end}):
-            assert once.collect(start, upper) == _walk_every_index(log, start, upper), (start, upper)
-
-
-def test_each_cleaned_segment_indexes_the_aborted_transactions_whose_marker_it_keeps(tmp_path: Path,
-                                                                                       clock: Clock) -> None:
-    """A round cleans many groups as one stream (the next group's batches are read, and its
-    transaction state walked, while this one is written): each cleaned segment's transaction
-    index still holds exactly the aborted transactions whose kept marker it holds."""
-    log = make_log(tmp_path, clock, segment_bytes=400)
-    producers = [TxnProducer(log, pid) for pid in (1, 2, 3)]
-    for i in range(30):
-        p = producers[i % 3]
-        p.append([i % 7, 100 + i])
-        (p.abort if i % 3 != 1 else p.commit)()
-        append_kvs(log, [(str(i % 5).encode(), b"v")])
-    log.roll()
-    before = aborted(log)
-    assert len(before) >= 10 and len(log.segments.values()) > 10
-    cleaner = make_cleaner(clock)
-    cleaner.do_clean(ltc(log, 0), LARGE_TS)
-    segments = log.segments.values()
-    assert len(segments) >= 3  # several groups were written in the round
-    for seg, nxt in zip(segments, [s.base_offset for s in segments[1:]] + [log.log_end_offset]):
-        for txn in seg.txn_index.entries:
-            assert seg.base_offset <= txn.last_offset < nxt, (seg.base_offset, txn)
-            marker = [b for b in log_batches(log) if b[0].base_offset == txn.last_offset]
-            assert marker and marker[0][0].is_control, txn
-    assert sorted(aborted(log), key=lambda t: t.last_offset) == [
-        t for t in sorted(before, key=lambda t: t.last_offset)
-        if any(b[0].base_offset == t.last_offset for b in log_batches(log))]
