@@ -3,14 +3,16 @@ after each numbered step of a segment replacement (replace.py)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from logkeeper.errors import CorruptIndexError
 from logkeeper.log import names
 from logkeeper.log.log import Log
-from logkeeper.log.segment import AppendedBatch
+from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
 from logkeeper.records.reader import read_records
 from logkeeper.tools.verify import verify_path
@@ -96,6 +98,64 @@ def test_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
     assert first_index.name.replace(".index", ".log") in again.load_report.rebuilt_indexes
     again.close()
     assert first_index.read_bytes() == good
+
+
+def _opened(seg: LogSegment) -> tuple[bool, bool]:
+    return seg._offset_index.is_open, seg._time_index.is_open
+
+
+def test_only_the_last_segments_indexes_open_at_load(tmp_path: Path) -> None:
+    """As Kafka's LazyIndex: a clean load opens the last segment's indexes (checked whole), and
+    the others' when a read first needs them; they answer as they did before."""
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.close()
+    indexes = {p.name: p.read_bytes() for p in log.dir.iterdir() if p.suffix in (".index", ".timeindex")}
+    again = reopen(tmp_path, recovery_point=end)
+    *old, last = again.segments.values()
+    assert len(old) >= 3
+    assert [_opened(s) for s in old] == [(False, False)] * len(old)
+    assert _opened(last) == (True, True)
+    middle = old[len(old) // 2]
+    offset = middle.base_offset + 4  # inside the segment: the offset index is looked up
+    fetched = again.read(offset, 10_000)
+    assert _opened(middle)[0]
+    assert [r.offset for r in read_records(fetched.records)][:3] == [offset - offset % 3 + i for i in range(3)]
+    assert _opened(old[0]) == (False, False)
+    again.close()
+    # opened or not, every index is closed as it was found
+    assert {p.name: p.read_bytes() for p in log.dir.iterdir() if p.suffix in (".index", ".timeindex")} == indexes
+
+
+def test_segments_never_opened_are_renamed_and_deleted(tmp_path: Path) -> None:
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.close()
+    again = make_log(tmp_path, {**PROPS, "file.delete.delay.ms": 0}, recovery_point=end)
+    doomed = again.segments.values()[:2]
+    again.delete_segments(doomed)
+    assert [_opened(s) for s in doomed] == [(False, False)] * 2
+    left = files(again.dir)
+    for seg in doomed:
+        assert not any(name.startswith(names.filename_prefix(seg.base_offset)) for name in left)
+    again.close()
+
+
+def test_a_damaged_index_of_an_old_segment_fails_the_read_that_opens_it(tmp_path: Path) -> None:
+    """Below the recovery point after a clean shutdown only an index's file is checked at load
+    (there, whole entries); its entries are checked when a read opens it, which fails naming the
+    file instead of reading from a wrong position."""
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    first = log.segments.values()[1]
+    log.close()
+    index = names.segment_file(first.directory, first.base_offset, names.INDEX_SUFFIX)
+    index.write_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00" * 2)  # offsets below the base
+    again = reopen(tmp_path, recovery_point=end)
+    assert again.load_report.rebuilt_indexes == []
+    with pytest.raises(CorruptIndexError, match=re.escape(index.name)):
+        again.read(first.base_offset + 1, 10_000)
+    again.close()
 
 
 @pytest.mark.parametrize("clean", [True, False])

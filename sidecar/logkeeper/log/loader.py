@@ -94,9 +94,9 @@ class LogLoader:
     report: LoadReport = field(default_factory=LoadReport)
     segments: LogSegments = field(default_factory=LogSegments)
 
-    def open_segment(self, base_offset: int, temp_suffix: str = "") -> LogSegment:
+    def open_segment(self, base_offset: int, temp_suffix: str = "", *, open_indexes: bool = True) -> LogSegment:
         return LogSegment.for_config(self.dir, base_offset, self.config, rolling_jitter_ms=self.jitter_ms,
-                                     clock_ms=self.clock_ms, temp_suffix=temp_suffix)
+                                     clock_ms=self.clock_ms, temp_suffix=temp_suffix, open_indexes=open_indexes)
 
     # ------------------------------------------------------------------ passes
     def load(self) -> LoadedLog:
@@ -176,6 +176,10 @@ class LogLoader:
     def _load_segments(self) -> None:
         files = self._files()
         present = set(files)
+        # the last segment's indexes open now, and so are checked whole: it is the one a process
+        # that died without closing the log left extended past its entries (the log resizes it at
+        # once anyway). The others were trimmed when rolled and open when first used (lazy_index.py)
+        active = max((n for n in files if n.endswith(names.LOG_SUFFIX) and n[:20].isdigit()), default=None)
         for name in files:
             if name.endswith(names.INDEX_SUFFIXES):
                 try:
@@ -190,7 +194,7 @@ class LogLoader:
                 except ValueError:
                     log.warning("ignoring %s: not a segment file name", self.dir / name)
                     continue
-                seg = self.open_segment(offset)
+                seg = self.open_segment(offset, open_indexes=name == active)
                 self.segments.add(seg)
                 try:
                     seg.sanity_check()
@@ -213,7 +217,12 @@ class LogLoader:
         return result.truncated_bytes
 
     def _split_overflowed_segments(self) -> None:
-        for seg in self.segments.values():
+        segments = self.segments.values()
+        for seg, after in zip(segments, [*segments[1:], None]):
+            # a segment's offsets stay below the next one's base: when that is within 2^31 of this
+            # base, none can overflow, and its last batch need not be read (nor its index opened)
+            if after is not None and after.base_offset - 1 - seg.base_offset <= INT32_MAX:
+                continue
             if seg.size_in_bytes and seg.has_overflow():
                 self._split(seg)
 

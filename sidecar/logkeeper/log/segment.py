@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
+from ..errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverflowError
 from ..fileio import as_path
+from ..index.lazy_index import LazyIndex
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
@@ -70,13 +72,13 @@ class LogSegment:
                    max_index_size: int | None = None, rolling_jitter_ms: int = 0,
                    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                    temp_suffix: str = "", writable: bool = True,
-                   lazy_index_blocks: bool = False) -> LogSegment:
+                   lazy_index_blocks: bool = False, open_indexes: bool = True) -> LogSegment:
         """A segment indexed as the log's config says: the one way the log, its loader, the
         cleaner's offload and the Spark job open segments, so an index setting cannot be missed."""
         return cls(directory, base_offset, index_interval_bytes=config.index_interval_bytes,
                    max_index_size=max_index_size or config.max_index_size,
                    rolling_jitter_ms=rolling_jitter_ms, clock_ms=clock_ms, temp_suffix=temp_suffix,
-                   writable=writable, lazy_index_blocks=lazy_index_blocks)
+                   writable=writable, lazy_index_blocks=lazy_index_blocks, open_indexes=open_indexes)
 
     def __init__(
         self,
@@ -90,7 +92,10 @@ class LogSegment:
         temp_suffix: str = "",
         writable: bool = True,
         lazy_index_blocks: bool = False,
+        open_indexes: bool = True,
     ) -> None:
+        """``open_indexes=False``: the offset and time indexes open when first used (a segment
+        loaded from disk: lazy_index.py); a missing one is then made by recovery, not here."""
         self.directory = as_path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -99,33 +104,70 @@ class LogSegment:
         self._clock_ms = clock_ms
         d = self.directory
         self.log = FileRecords(names.log_file(d, base_offset, temp_suffix), writable=writable)
+        make = LazyIndex.opened if open_indexes else LazyIndex
         try:
-            self.offset_index = OffsetIndex(
-                names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix), base_offset,
-                max_index_size, writable, lazy_index_blocks)
-            self.time_index = TimeIndex(
-                names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix), base_offset,
-                max_index_size, writable, lazy_index_blocks)
+            self._offset_index: LazyIndex[OffsetIndex] = make(
+                names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix),
+                lambda path: OffsetIndex(path, base_offset, max_index_size, writable, lazy_index_blocks))
+            self._time_index: LazyIndex[TimeIndex] = make(
+                names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix),
+                lambda path: TimeIndex(path, base_offset, max_index_size, writable, lazy_index_blocks))
             self.txn_index = TransactionIndex(
                 names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
-            # a missing index was created empty just now (sanity_check: rebuild it)
-            self.offset_index_was_missing = self.offset_index.created
-            self.time_index_was_missing = self.time_index.created
         except BaseException:
             # e.g. ENOSPC allocating an index on a full disk: release what was opened (the map and
             # descriptors would pin the files of a directory that is going offline)
-            if hasattr(self, "offset_index"):
-                self.offset_index.close_handler()
-            if hasattr(self, "time_index"):
-                self.time_index.close_handler()
+            if hasattr(self, "_offset_index"):
+                self._offset_index.close_handler()
+            if hasattr(self, "_time_index"):
+                self._time_index.close_handler()
             self.log.close()
             raise
         self.created_ms = clock_ms()
         self.bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
-        last = self.time_index.last_entry
-        self.max_timestamp_so_far = last.timestamp
-        self.offset_of_max_timestamp_so_far = last.offset
+        # the largest timestamp so far and its offset: the time index's last entry, read when first
+        # needed (None until then; _max_timestamp_lock: one reader loads it)
+        self._max_timestamp: int | None = None
+        self._offset_of_max_timestamp = -1
+        self._max_timestamp_lock = threading.Lock()
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._offset_index.get()
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._time_index.get()
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        ts = self._max_timestamp
+        return ts if ts is not None else self._load_max_timestamp()[0]
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, timestamp: int) -> None:
+        self._max_timestamp = timestamp
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        if self._max_timestamp is None:
+            return self._load_max_timestamp()[1]
+        return self._offset_of_max_timestamp
+
+    @offset_of_max_timestamp_so_far.setter
+    def offset_of_max_timestamp_so_far(self, offset: int) -> None:
+        if self._max_timestamp is None:
+            self._load_max_timestamp()  # its pair is set apart from it: keep the loaded timestamp
+        self._offset_of_max_timestamp = offset
+
+    def _load_max_timestamp(self) -> tuple[int, int]:
+        with self._max_timestamp_lock:
+            if self._max_timestamp is None:
+                last = self.time_index.last_entry
+                self._offset_of_max_timestamp = last.offset
+                self._max_timestamp = last.timestamp
+            return self._max_timestamp, self._offset_of_max_timestamp
 
     # ------------------------------------------------------------------ size and names
     @property
@@ -310,9 +352,10 @@ class LogSegment:
         splits such a segment).
         The transaction index is reset; the log rebuilds it from producer state.
         """
-        self.offset_index.truncate()
+        # opened without their sanity checks: they are rebuilt from the log here
+        self._offset_index.get(checked=False).truncate()
         self.offset_index.resize(self.max_index_size)
-        self.time_index.truncate()
+        self._time_index.get(checked=False).truncate()
         self.time_index.resize(self.max_index_size)
         self.txn_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -369,14 +412,24 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = plan.offset_of_max_timestamp
 
     def sanity_check(self) -> None:
-        """Raise CorruptIndexError (or FileNotFoundError for a missing offset index)."""
-        if self.offset_index_was_missing:
-            raise FileNotFoundError(f"offset index of {self.log.path} is missing")
-        if self.time_index_was_missing:
-            # a time index that had to be created now is empty: force a rebuild
-            raise FileNotFoundError(f"time index of {self.log.path} is missing")
-        self.offset_index.sanity_check()
-        self.time_index.sanity_check()
+        """Raise FileNotFoundError for a missing offset or time index and CorruptIndexError for
+        one that is damaged: the loader rebuilds both from the log. An index not opened yet is
+        checked by its file alone (there, and whole entries long: lazy_index.py); its entries
+        are checked when it opens."""
+        for lazy, kind in ((self._offset_index, OffsetIndex), (self._time_index, TimeIndex)):
+            if lazy.is_open:
+                index = lazy.get()
+                if index.created:  # made empty by this open
+                    raise FileNotFoundError(f"{kind.__name__} of {self.log.path} is missing")
+                index.sanity_check()
+                continue
+            try:
+                length = os.stat(lazy.path).st_size
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{kind.__name__} of {self.log.path} is missing") from None
+            if length % kind.entry_size:
+                raise CorruptIndexError(f"corrupt {kind.__name__} {lazy.path}: length {length} bytes is not "
+                                        f"a multiple of {kind.entry_size}")
         self.txn_index.sanity_check()
 
     # ------------------------------------------------------------------ truncation and life cycle
@@ -422,7 +475,7 @@ class LogSegment:
         return int(os.stat(self.log.path).st_mtime * 1000)
 
     def set_last_modified_ms(self, ms: int) -> None:
-        for p in (self.log.path, self.offset_index.path, self.time_index.path):
+        for p in (self.log.path, self._offset_index.path, self._time_index.path):
             try:
                 os.utime(p, (ms / 1000, ms / 1000))
             except FileNotFoundError:  # an index not made (yet): nothing to date
@@ -430,8 +483,8 @@ class LogSegment:
 
     def flush(self) -> None:
         self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self._offset_index.flush()
+        self._time_index.flush()
         self.txn_index.flush()
 
     def on_become_inactive(self) -> None:
@@ -448,22 +501,23 @@ class LogSegment:
     def close(self, *, sync: bool = False) -> None:
         """Release the files; the final time index entry and the indexes' trim are written here,
         after any flush, so ``sync`` fsyncs them (a clean shutdown's marker promises them)."""
-        if self.max_timestamp_so_far >= 0:
+        # a time index never opened was not appended to: its last entry is already the final one
+        if self._time_index.is_open and self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                                          skip_full_check=True)
-        self.offset_index.close(sync=sync)
-        self.time_index.close(sync=sync)
+        self._offset_index.close(sync=sync)
+        self._time_index.close(sync=sync)
         self.txn_index.close()
         self.log.close()
 
     def close_handlers(self) -> None:
-        self.offset_index.close_handler()
-        self.time_index.close_handler()
+        self._offset_index.close_handler()
+        self._time_index.close_handler()
         self.log.close()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename every file of the segment from ``old_suffix`` to ``new_suffix`` (temp suffixes)."""
-        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+        for f in (self.log, self._offset_index, self._time_index, self.txn_index):
             path = f.path
             name = path.name
             base = name[: -len(old_suffix)] if old_suffix and name.endswith(old_suffix) else name
@@ -471,7 +525,7 @@ class LogSegment:
 
     def delete_if_exists(self) -> None:
         self.close_handlers()
-        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
+        for f in (self.log, self._offset_index, self._time_index, self.txn_index):
             f.delete_if_exists()
         # the producer snapshot of this offset belongs to the log; leave it
 

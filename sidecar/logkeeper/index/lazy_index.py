@@ -1,0 +1,119 @@
+"""LazyIndex: an offset or time index opened when it is first used, as Kafka's LazyIndex.
+
+Why: a log loaded after a clean shutdown has one pair of indexes a segment, and nothing reads
+most of them until a fetch, the cleaner or retention looks an offset or a time up there.
+Opening one opens the file, maps it, reads its length and looks for its first hole: about 40% of
+loading a log of small segments (bench/results/startup.md). So a segment loaded from disk holds
+its indexes as LazyIndex, and the loader checks only that their files are there and hold whole
+entries (LogSegment.sanity_check), as Kafka's loader checks only that they exist: the segments
+above the recovery point are rebuilt by recovery anyway, and the others were flushed whole.
+
+The index's own sanity check (entries in order, above the base offset) runs when it is opened, so
+a damaged index below the recovery point fails the read that opens it, naming the file, instead
+of sending a read to a wrong position.
+
+The wrapper also renames, deletes and closes an index that was never opened: by its path alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from ..fileio import as_path
+from .abstract_index import AbstractIndex
+
+IndexT = TypeVar("IndexT", bound="AbstractIndex[Any]")
+
+
+class LazyIndex(Generic[IndexT]):
+    def __init__(self, path: Path, open_index: Callable[[Path], IndexT]) -> None:
+        self._path = path
+        self._open = open_index
+        self._index: IndexT | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def opened(cls, path: Path, open_index: Callable[[Path], IndexT]) -> LazyIndex[IndexT]:
+        """One opened at once (a new segment's: its first append would open it anyway)."""
+        lazy = cls(path, open_index)
+        lazy._index = open_index(path)
+        return lazy
+
+    def get(self, *, checked: bool = True) -> IndexT:
+        """The index, opened (and sanity-checked, unless not ``checked``: recovery, which rebuilds
+        it) on the first call; ValueError once closed."""
+        index = self._index
+        if index is not None:
+            return index
+        with self._lock:
+            if self._index is None:
+                if self._closed:
+                    raise ValueError(f"index {self._path} is closed")
+                index = self._open(self._path)
+                if checked:
+                    try:
+                        index.sanity_check()
+                    except BaseException:
+                        index.close_handler()
+                        raise
+                self._index = index
+            return self._index
+
+    @property
+    def is_open(self) -> bool:
+        return self._index is not None
+
+    @property
+    def path(self) -> Path:
+        index = self._index
+        return index.path if index is not None else self._path
+
+    def rename_to(self, path: Path) -> None:
+        """Atomically rename the file; the new path is adopted even if the rename fails (as the
+        index's own rename_to)."""
+        with self._lock:
+            if self._index is not None:
+                self._index.rename_to(path)
+                return
+            try:
+                os.replace(self._path, path)
+            finally:
+                self._path = as_path(path)
+
+    def delete_if_exists(self) -> bool:
+        """Close and delete the file; True if this call deleted it."""
+        with self._lock:
+            self._closed = True
+            if self._index is not None:
+                return self._index.delete_if_exists()
+            try:
+                self._path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+    def flush(self) -> None:
+        """msync an open index; one never opened has nothing unwritten."""
+        index = self._index
+        if index is not None:
+            index.flush()
+
+    def close(self, *, sync: bool = False) -> None:
+        """Close an open index (trimmed, and fsynced with ``sync``); one never opened is as it
+        was found on disk, so there is nothing to trim or sync. Later uses raise ValueError."""
+        with self._lock:
+            self._closed = True
+            if self._index is not None:
+                self._index.close(sync=sync)
+
+    def close_handler(self) -> None:
+        """Unmap without trimming; safe to repeat. Later uses raise ValueError."""
+        with self._lock:
+            self._closed = True
+            if self._index is not None:
+                self._index.close_handler()
