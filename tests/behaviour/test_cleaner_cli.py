@@ -10,6 +10,7 @@ import pytest
 
 from logkeeper.cleaner.clean_command import CLEAN_SHUTDOWN_FILE, run_clean
 from logkeeper.errors import InvalidConfigError
+from logkeeper.index.lazy_index import LazyIndex
 from logkeeper.log.checkpoint import OffsetCheckpointFile
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
@@ -87,6 +88,33 @@ def test_clean_a_directory(tmp_path: Path) -> None:
         "orders-0: not cleaned: already clean up to the active segment (offset 400)",
         "orders-1: not cleaned: already clean up to the active segment (offset 300)",
         "users-0: not cleaned: nothing below the active segment (the active segment is never cleaned)"]
+
+
+def test_a_round_opens_few_indexes_of_the_segments_it_replaces(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round reads the dirty segments from their start and sizes its groups by the index
+    files' lengths (LogSegment.index_bytes_bound): of the replaced segments' indexes
+    (lazy_index.py) it opens only the offset index of each group's last segment, to find where
+    the group's offsets end (group_writer.group_uppers)."""
+    write_partition(tmp_path, "orders-0", 400, 7)
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text('{"version":0,"brokerEpoch":1}')  # no recovery at load
+    segments = len(list((tmp_path / "orders-0").glob("*.log")))
+    opened: list[str] = []
+    get = LazyIndex.get
+
+    def counting_get(self: LazyIndex, *, checked: bool = True) -> object:  # type: ignore[type-arg]
+        if not self.is_open:
+            opened.append(self.path.name)
+        return get(self, checked=checked)
+
+    monkeypatch.setattr(LazyIndex, "get", counting_get)
+    assert run_clean(tmp_path, {}, io.StringIO(), lambda: NOW) == 0
+    assert segments > 5
+    assert all(name.endswith(".index") for name in opened) and len(opened) <= segments // 3, opened
+    orders0 = reopen(tmp_path, "orders-0")
+    assert sorted(set(keys_in_log(orders0))) == sorted({str(i).encode() for i in range(7)})
+    ensure_valid_segments(orders0)
+    orders0.close()
 
 
 def test_config_overrides_and_bad_arguments(tmp_path: Path) -> None:

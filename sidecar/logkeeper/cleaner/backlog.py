@@ -102,7 +102,7 @@ def estimate_distinct_keys(log: Log, start: int, end: int) -> int:
     registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
     state = fresh_state()
     for seg in log.segments.values(start, end):
-        with SegmentView(seg, seg.offset_index.lookup(start).position) as view:
+        with SegmentView(seg, seg.start_position(start)) as view:
             t = view.table
             for lo, hi in view.windows(16 * 1024 * 1024):
                 mode = np.where(t.attributes[lo:hi] & CONTROL_FLAG, MAP_CONTROL, MAP_DATA).astype(np.int8)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..index.offset_index import OffsetIndex
+from ..index.time_index import TimeIndex
 from ..index.txn_index import AbortedTxn
 from ..log.log_config import LogConfig
 from ..log.segment import INT32_MAX, LogSegment
@@ -142,8 +144,10 @@ class GroupWriter:
         # known on this thread until then
         if not (self._small(out.first) and self._small(g)):
             return False
-        offset_entries = sum(s.offset_index.entries for s in self._groups[g])
-        time_entries = sum(s.time_index.entries for s in self._groups[g]) + 1  # + the final entry
+        # the replaced segments' entries, at most (their indexes may not be open: index_bytes_bound)
+        bounds = [s.index_bytes_bound() for s in self._groups[g]]
+        offset_entries = sum(b[0] for b in bounds) // OffsetIndex.entry_size
+        time_entries = sum(b[1] for b in bounds) // TimeIndex.entry_size + 1  # + the final entry
         return (seg.size_in_bytes + bound <= self._config.segment_bytes
                 and (self._bytes[g] == 0 or self._uppers[g] - 1 - seg.base_offset <= INT32_MAX)
                 and seg.offset_index.entries + offset_entries <= seg.offset_index.max_entries

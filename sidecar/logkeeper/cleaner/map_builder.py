@@ -92,7 +92,7 @@ class MapBuilder:
         next_starts = [s.base_offset for s in dirty[1:]] + [end]
         txns = CleanedTransactionMetadata()
         txns.add_aborted_transactions(collect_aborted(log, start, end))
-        positions = [seg.offset_index.lookup(start).position for seg in dirty]
+        positions = [seg.start_position(start) for seg in dirty]
         # The table is sized for the keyed records that may go into the map, bounded without
         # reading a byte: by the offsets each dirty segment spans (dense, as appended) and, for
         # sparse offsets, by its bytes (a record takes at least MIN_RECORD_SIZE).

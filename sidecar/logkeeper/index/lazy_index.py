@@ -36,6 +36,7 @@ class LazyIndex(Generic[IndexT]):
         self._index: IndexT | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._length: int | None = None  # the file's, while not opened (the file does not change)
 
     @classmethod
     def opened(cls, path: Path, open_index: Callable[[Path], IndexT]) -> LazyIndex[IndexT]:
@@ -67,6 +68,19 @@ class LazyIndex(Generic[IndexT]):
     @property
     def is_open(self) -> bool:
         return self._index is not None
+
+    def file_length(self) -> int:
+        """The length of the file of an index not opened (FileNotFoundError when there is none)."""
+        if self._length is None:
+            self._length = os.stat(self._path).st_size
+        return self._length
+
+    def bytes_bound(self) -> int:
+        """The bytes of the entries: exact when open; for an index not opened, the file's length,
+        which they never pass (the cleaner sizes its groups by it without opening the indexes of
+        segments it reads from their start)."""
+        index = self._index
+        return index.size_in_bytes if index is not None else self.file_length()
 
     @property
     def path(self) -> Path:

@@ -169,6 +169,16 @@ class LogSegment:
                 self._max_timestamp = last.timestamp
             return self._max_timestamp, self._offset_of_max_timestamp
 
+    def start_position(self, offset: int) -> int:
+        """Where a read for ``offset`` may start: the offset index's entry at or below it, or the
+        segment's start for an offset at or below its base, which needs no index (a cleaning
+        round reads most segments from their start, and their indexes stay closed)."""
+        return 0 if offset <= self.base_offset else self.offset_index.lookup(offset).position
+
+    def index_bytes_bound(self) -> tuple[int, int]:
+        """(offset index, time index) bytes of entries, at most (LazyIndex.bytes_bound)."""
+        return self._offset_index.bytes_bound(), self._time_index.bytes_bound()
+
     # ------------------------------------------------------------------ size and names
     @property
     def size_in_bytes(self) -> int:
@@ -424,7 +434,7 @@ class LogSegment:
                 index.sanity_check()
                 continue
             try:
-                length = os.stat(lazy.path).st_size
+                length = lazy.file_length()
             except FileNotFoundError:
                 raise FileNotFoundError(f"{kind.__name__} of {self.log.path} is missing") from None
             if length % kind.entry_size:

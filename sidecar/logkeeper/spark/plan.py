@@ -312,7 +312,7 @@ def plan_compaction(log_dir: Path, tp: TopicPartition, config: LogConfig, *, now
                     clean_bytes += seg.size_in_bytes
                     continue
                 dirty_bytes += seg.size_in_bytes
-                position = seg.offset_index.lookup(dirty).position
+                position = seg.start_position(dirty)
                 with SegmentView(seg, position) as view:
                     if view.count == 0:
                         continue
