@@ -107,7 +107,7 @@ def test_segment_without_timestamps_uses_file_mtime(tmp_path: Path, clock: Manua
     fill(lg, clock, 6)
     first = lg.segments.first
     assert first is not None
-    first.max_timestamp_so_far = -1  # as for a segment whose records carry no timestamp
+    first.set_max_timestamp(-1, first.base_offset)  # as for a segment whose records carry no timestamp
     os.utime(first.log.path, ((clock() - 60_000) / 1000, (clock() - 60_000) / 1000))
     assert first.largest_timestamp == clock() - 60_000
     assert delete_retention_ms_breached(lg, clock()) == 1

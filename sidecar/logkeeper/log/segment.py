@@ -126,10 +126,9 @@ class LogSegment:
         self.created_ms = clock_ms()
         self.bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
-        # the largest timestamp so far and its offset: the time index's last entry, read when first
-        # needed (None until then; _max_timestamp_lock: one reader loads it)
-        self._max_timestamp: int | None = None
-        self._offset_of_max_timestamp = -1
+        # (the largest timestamp so far, its offset): the time index's last entry, read when first
+        # needed (None until then; the lock: one reader loads it)
+        self._max_timestamp: tuple[int, int] | None = None
         self._max_timestamp_lock = threading.Lock()
 
     @property
@@ -142,32 +141,21 @@ class LogSegment:
 
     @property
     def max_timestamp_so_far(self) -> int:
-        ts = self._max_timestamp
-        return ts if ts is not None else self._load_max_timestamp()[0]
-
-    @max_timestamp_so_far.setter
-    def max_timestamp_so_far(self, timestamp: int) -> None:
-        self._max_timestamp = timestamp
+        return (self._max_timestamp or self._load_max_timestamp())[0]
 
     @property
     def offset_of_max_timestamp_so_far(self) -> int:
-        if self._max_timestamp is None:
-            return self._load_max_timestamp()[1]
-        return self._offset_of_max_timestamp
+        return (self._max_timestamp or self._load_max_timestamp())[1]
 
-    @offset_of_max_timestamp_so_far.setter
-    def offset_of_max_timestamp_so_far(self, offset: int) -> None:
-        if self._max_timestamp is None:
-            self._load_max_timestamp()  # its pair is set apart from it: keep the loaded timestamp
-        self._offset_of_max_timestamp = offset
+    def set_max_timestamp(self, timestamp: int, offset: int) -> None:
+        self._max_timestamp = (timestamp, offset)
 
     def _load_max_timestamp(self) -> tuple[int, int]:
         with self._max_timestamp_lock:
             if self._max_timestamp is None:
                 last = self.time_index.last_entry
-                self._offset_of_max_timestamp = last.offset
-                self._max_timestamp = last.timestamp
-            return self._max_timestamp, self._offset_of_max_timestamp
+                self._max_timestamp = (last.timestamp, last.offset)
+            return self._max_timestamp
 
     def start_position(self, offset: int) -> int:
         """Where a read for ``offset`` may start: the offset index's entry at or below it, or the
@@ -237,8 +225,7 @@ class LogSegment:
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         """The index entries due before the batch at ``position`` (see the module docstring)."""
         if max_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = max_timestamp
-            self.offset_of_max_timestamp_so_far = last_offset
+            self.set_max_timestamp(max_timestamp, last_offset)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
@@ -368,8 +355,7 @@ class LogSegment:
         self._time_index.get(checked=False).truncate()
         self.time_index.resize(self.max_index_size)
         self.txn_index.reset()
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.set_max_timestamp(NO_TIMESTAMP, self.base_offset)
         reason = ""
         with self.log.mapped() as buf:
             table = scan_batches(buf, 0, self.log.size_in_bytes)
@@ -418,8 +404,7 @@ class LogSegment:
         self.offset_index.append_many(*plan.offset_entries)
         self.time_index.append_many(*plan.time_entries)
         self.bytes_since_last_index_entry = plan.bytes_since_last_entry
-        self.max_timestamp_so_far = plan.max_timestamp
-        self.offset_of_max_timestamp_so_far = plan.offset_of_max_timestamp
+        self.set_max_timestamp(plan.max_timestamp, plan.offset_of_max_timestamp)
 
     def sanity_check(self) -> None:
         """Raise FileNotFoundError for a missing offset or time index and CorruptIndexError for
@@ -466,12 +451,11 @@ class LogSegment:
     def _reload_max_timestamp(self) -> None:
         """Max timestamp so far from the time index tail plus the batches after it."""
         last = self.time_index.last_entry
-        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = last.timestamp, last.offset
+        self.set_max_timestamp(last.timestamp, last.offset)
         start = self.offset_index.lookup(last.offset).position
         for _pos, header in self.log.headers_from(start):
             if header.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = header.max_timestamp
-                self.offset_of_max_timestamp_so_far = header.last_offset
+                self.set_max_timestamp(header.max_timestamp, header.last_offset)
 
     @property
     def largest_timestamp(self) -> int:
