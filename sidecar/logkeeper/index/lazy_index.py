@@ -2,11 +2,13 @@
 
 Why: a log loaded after a clean shutdown has one pair of indexes a segment, and nothing reads
 most of them until a fetch, the cleaner or retention looks an offset or a time up there.
-Opening one opens the file, maps it, reads its length and looks for its first hole: about 40% of
-loading a log of small segments (bench/results/startup.md). So a segment loaded from disk holds
-its indexes as LazyIndex, and the loader checks only that their files are there and hold whole
-entries (LogSegment.sanity_check), as Kafka's loader checks only that they exist: the segments
-above the recovery point are rebuilt by recovery anyway, and the others were flushed whole.
+Opening one opens the file, maps it, reads its length and looks for its first hole: a large part
+of loading a log of many segments (what leaving them closed saves: bench/results/startup.md and
+kafka_cleaner.md, their readings). So a segment loaded from disk holds its indexes as LazyIndex,
+and the loader checks only that their files are there and hold whole entries
+(LogSegment.sanity_check), as Kafka's loader checks only that they exist: the segments above the
+recovery point are rebuilt by recovery anyway, and the others were trimmed and flushed when rolled.
+The last segment's open at load (loader.py says why).
 
 The index's own sanity check (entries in order, above the base offset) runs when it is opened, so
 a damaged index below the recovery point fails the read that opens it, naming the file, instead
