@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from logkeeper.protocol.messages import APIS, FETCH, PRODUCE
@@ -49,12 +50,19 @@ def fetched_records(frame: bytes, correlation_id: int = 1) -> bytes:
 
 def fill_partition(bootstrap: str, topic: str, batches: int) -> None:
     """Append ``batches`` batches of 500 records of 1,000 bytes (500,000 bytes of values each) to
-    partition 0 of ``topic`` (Produce v8, acks 1); a refused produce fails, naming its answer."""
+    partition 0 of ``topic``."""
+    now = int(time.time() * 1000)
+    produce_batches(bootstrap, topic, (build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
+                                       for i in range(batches)))
+
+
+def produce_batches(bootstrap: str, topic: str, batches: Iterable[bytes]) -> None:
+    """Append each batch as it is to partition 0 of ``topic`` (Produce v8, acks 1), one request a
+    batch: the batches are the caller's, not a client's linger's; a refused produce fails, naming
+    its answer."""
     wire = WireClient(bootstrap)
     try:
-        now = int(time.time() * 1000)
-        for i in range(batches):
-            batch = build_batch([Record(j, now, None, bytes([i % 256]) * 1000) for j in range(500)])
+        for batch in batches:
             answer = wire.call(PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 10_000, "topic_data": [
                 {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
             if answer["responses"][0]["partition_responses"][0]["error_code"] != 0:

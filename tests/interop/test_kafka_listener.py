@@ -24,7 +24,7 @@ from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
 from logkeeper.tools.verify import verify_path
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, produce_batches, request_frame
 
 REPO = Path(__file__).resolve().parents[2]
 SIDECAR_KEYS = {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}
@@ -178,14 +178,14 @@ def test_fetches_ending_inside_a_batch_lose_and_repeat_nothing(sidecar: SidecarP
     cut. Each client drops the cut batch and fetches it again from its offset: with a limit of
     about 1.3 batches, every answer here ends inside a batch."""
     bootstrap = sidecar.kafka_bootstrap
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "batch.num.messages": 20})
-    # 20 records a batch, each group flushed: left to the client's linger, a loaded machine (make
-    # test runs two workers) once saw it send the first records one a batch (172 bytes), which
-    # broke the sizes asserted below
-    for first in range(0, 400, 20):
-        for i in range(first, first + 20):
-            producer.produce("slices", key=f"k{i}".encode(), value=b"%03d" % i + b"v" * 97, partition=0)
-        assert producer.flush(30) == 0
+    # 20 records a batch, made here: left to a client, the batches follow its linger and what it
+    # knows of the partition, and librdkafka twice sent the first records one a batch (172 bytes)
+    # on a loaded machine (make test runs two workers), even with each group of 20 flushed
+    now = int(time.time() * 1000)
+    produce_batches(bootstrap, "slices", (
+        build_batch([Record(i - first, now, f"k{i}".encode(), b"%03d" % i + b"v" * 97)
+                     for i in range(first, first + 20)])
+        for first in range(0, 400, 20)))
     sizes = []
     for path in sorted((sidecar.root / "d0" / "slices-0").glob("*.log")):
         segment = FileRecords(path, writable=False)
