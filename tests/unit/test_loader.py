@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logkeeper.errors import CorruptIndexError
+from logkeeper.errors import CorruptRecordError
 from logkeeper.log import names
 from logkeeper.log.log import Log
 from logkeeper.log.segment import AppendedBatch, LogSegment
@@ -141,20 +141,61 @@ def test_segments_never_opened_are_renamed_and_deleted(tmp_path: Path) -> None:
     again.close()
 
 
-def test_a_damaged_index_of_an_old_segment_fails_the_read_that_opens_it(tmp_path: Path) -> None:
-    """Below the recovery point after a clean shutdown only an index's file is checked at load
-    (there, whole entries); its entries are checked when a read opens it, which fails naming the
-    file instead of reading from a wrong position."""
+def _damaged_old_segment(tmp_path: Path, suffix: str, damage: bytes) -> tuple[Log, LogSegment, Path, bytes]:
+    """A clean shutdown, then an old segment's index file overwritten with ``damage``; the log
+    reopened (that index is not opened by the load)."""
     log = filled_log(tmp_path)
     end = log.log_end_offset
     first = log.segments.values()[1]
     log.close()
-    index = names.segment_file(first.directory, first.base_offset, names.INDEX_SUFFIX)
-    index.write_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00" * 2)  # offsets below the base
+    index = names.segment_file(first.directory, first.base_offset, suffix)
+    good = index.read_bytes()
+    index.write_bytes(damage)
     again = reopen(tmp_path, recovery_point=end)
     assert again.load_report.rebuilt_indexes == []
-    with pytest.raises(CorruptIndexError, match=re.escape(index.name)):
-        again.read(first.base_offset + 1, 10_000)
+    return again, again.segments.values()[1], index, good
+
+
+def test_a_damaged_offset_index_of_an_old_segment_is_rebuilt_by_the_read_that_opens_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Below the recovery point after a clean shutdown only an index's file is checked at load
+    (there, whole entries); its entries are checked when a read opens it. One that fails is
+    rebuilt from the segment's log there and then, as the loader rebuilds a damaged index: the
+    read answers what it would have, and the file is the one appends wrote."""
+    again, seg, index, good = _damaged_old_segment(
+        tmp_path, names.INDEX_SUFFIX, b"\xff\xff\xff\xff\x00\x00\x00\x00" * 2)  # offsets below the base
+    offset = seg.base_offset + 4
+    with caplog.at_level("WARNING", logger="logkeeper.index.lazy_index"):
+        fetched = again.read(offset, 10_000)
+    assert [r.offset for r in read_records(fetched.records)][:3] == [offset - offset % 3 + i for i in range(3)]
+    assert index.name in caplog.text and "rebuilt" in caplog.text
+    assert index.read_bytes() == good  # rebuilt, and on disk at once
+    again.close()
+    assert index.read_bytes() == good
+
+
+def test_a_damaged_time_index_of_an_old_segment_is_rebuilt_by_the_lookup_that_opens_it(tmp_path: Path) -> None:
+    again, seg, index, good = _damaged_old_segment(
+        tmp_path, names.TIME_INDEX_SUFFIX,
+        (1 << 40).to_bytes(8, "big") + (0).to_bytes(4, "big") + (0).to_bytes(12, "big"))  # time going back
+    assert seg.max_timestamp_so_far == int.from_bytes(good[-12:-4], "big")  # its last entry
+    assert index.read_bytes() == good
+    again.close()
+
+
+def test_an_old_index_is_not_rebuilt_from_a_damaged_log(tmp_path: Path) -> None:
+    """The rebuild reads the segment's batches; where they stop early the log itself is damaged,
+    and the read fails naming the log file and the position, instead of serving a segment whose
+    index covers part of it."""
+    again, seg, _, _ = _damaged_old_segment(
+        tmp_path, names.INDEX_SUFFIX, b"\xff\xff\xff\xff\x00\x00\x00\x00" * 2)
+    data = seg.log.path.read_bytes()
+    second = 12 + int.from_bytes(data[8:12], "big")  # where the second batch starts
+    with open(seg.log.path, "r+b") as f:
+        f.seek(second + 16)  # its magic byte
+        f.write(b"\x07")
+    with pytest.raises(CorruptRecordError, match=re.escape(seg.log.path.name) + f".*position {second}"):
+        again.read(seg.base_offset + 4, 10_000)
     again.close()
 
 

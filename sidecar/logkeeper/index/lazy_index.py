@@ -10,42 +10,44 @@ and the loader checks only that their files are there and hold whole entries
 recovery point are rebuilt by recovery anyway, and the others were trimmed and flushed when rolled.
 The last segment's open at load (loader.py says why).
 
-The index's own sanity check (entries in order, above the base offset) runs when it is opened, so
-a damaged index below the recovery point fails the read that opens it, naming the file, instead
-of sending a read to a wrong position.
+The index's own sanity check runs when it is opened. One that fails is rebuilt there and then by
+the segment's ``rebuild`` (from its log: index_rebuild.py), as Kafka's loader rebuilds an index it
+finds corrupt, so the read that opened it goes on with a sound index instead of failing or going
+to a wrong position; a segment that cannot rebuild it (read-only) fails that read, naming the file.
 
 The wrapper also renames, deletes and closes an index that was never opened: by its path alone.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..errors import CorruptIndexError
 from ..fileio import as_path
 from .abstract_index import AbstractIndex
+
+log = logging.getLogger(__name__)
 
 IndexT = TypeVar("IndexT", bound="AbstractIndex[Any]")
 
 
 class LazyIndex(Generic[IndexT]):
-    def __init__(self, path: Path, open_index: Callable[[Path], IndexT]) -> None:
+    def __init__(self, path: Path, open_index: Callable[[Path], IndexT],
+                 rebuild: Callable[[IndexT], None] | None = None, *, opened: bool = False) -> None:
+        """``opened``: open it at once (a new segment's: its first append would open it anyway;
+        it is not checked). ``rebuild(index)``: refill an index that failed its check."""
         self._path = path
         self._open = open_index
-        self._index: IndexT | None = None
+        self._rebuild = rebuild
+        self._index: IndexT | None = open_index(path) if opened else None
         self._closed = False
         self._lock = threading.Lock()
         self._length: int | None = None  # the file's, while not opened (the file does not change)
-
-    @classmethod
-    def opened(cls, path: Path, open_index: Callable[[Path], IndexT]) -> LazyIndex[IndexT]:
-        """One opened at once (a new segment's: its first append would open it anyway)."""
-        lazy = cls(path, open_index)
-        lazy._index = open_index(path)
-        return lazy
 
     def get(self, *, checked: bool = True) -> IndexT:
         """The index, opened (and sanity-checked, unless not ``checked``: recovery, which rebuilds
@@ -58,14 +60,24 @@ class LazyIndex(Generic[IndexT]):
                 if self._closed:
                     raise ValueError(f"index {self._path} is closed")
                 index = self._open(self._path)
-                if checked:
-                    try:
-                        index.sanity_check()
-                    except BaseException:
-                        index.close_handler()
-                        raise
+                try:
+                    if checked:
+                        self._check(index)
+                except BaseException:
+                    index.close_handler()
+                    raise
                 self._index = index
             return self._index
+
+    def _check(self, index: IndexT) -> None:
+        try:
+            index.sanity_check()
+        except CorruptIndexError as e:
+            if self._rebuild is None:
+                raise
+            self._rebuild(index)
+            index.sanity_check()
+            log.warning("%s; rebuilt from its segment's log", e)
 
     @property
     def is_open(self) -> bool:

@@ -28,11 +28,12 @@ from ..index.lazy_index import LazyIndex
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
-from ..records.batch_format import HEADER_SIZE, NO_TIMESTAMP
+from ..records.batch_format import HEADER_SIZE
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
 from .file_records import FileRecords, LogOffsetPosition
 from .index_plan import IndexPlan, IndexState, plan_index_entries
+from .index_rebuild import plan_from_log, plan_of, refill, refill_offset_index, refill_time_index
 from .log_config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -104,14 +105,17 @@ class LogSegment:
         self._clock_ms = clock_ms
         d = self.directory
         self.log = FileRecords(names.log_file(d, base_offset, temp_suffix), writable=writable)
-        make = LazyIndex.opened if open_indexes else LazyIndex
+        # an index opened lazily that fails its check is rebuilt from the log (a read-only one is not)
+        rebuild = self._rebuild_from_log if writable else None
         try:
-            self._offset_index: LazyIndex[OffsetIndex] = make(
+            self._offset_index: LazyIndex[OffsetIndex] = LazyIndex(
                 names.segment_file(d, base_offset, names.INDEX_SUFFIX, temp_suffix),
-                lambda path: OffsetIndex(path, base_offset, max_index_size, writable, lazy_index_blocks))
-            self._time_index: LazyIndex[TimeIndex] = make(
+                lambda path: OffsetIndex(path, base_offset, max_index_size, writable, lazy_index_blocks),
+                rebuild, opened=open_indexes)
+            self._time_index: LazyIndex[TimeIndex] = LazyIndex(
                 names.segment_file(d, base_offset, names.TIME_INDEX_SUFFIX, temp_suffix),
-                lambda path: TimeIndex(path, base_offset, max_index_size, writable, lazy_index_blocks))
+                lambda path: TimeIndex(path, base_offset, max_index_size, writable, lazy_index_blocks),
+                rebuild, opened=open_indexes)
             self.txn_index = TransactionIndex(
                 names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
         except BaseException:
@@ -349,13 +353,7 @@ class LogSegment:
         splits such a segment).
         The transaction index is reset; the log rebuilds it from producer state.
         """
-        # opened without their sanity checks: they are rebuilt from the log here
-        self._offset_index.get(checked=False).truncate()
-        self.offset_index.resize(self.max_index_size)
-        self._time_index.get(checked=False).truncate()
-        self.time_index.resize(self.max_index_size)
         self.txn_index.reset()
-        self.set_max_timestamp(NO_TIMESTAMP, self.base_offset)
         reason = ""
         with self.log.mapped() as buf:
             table = scan_batches(buf, 0, self.log.size_in_bytes)
@@ -363,7 +361,7 @@ class LogSegment:
             bad = first_crc_mismatch(buf, table)
         if bad >= 0:
             n, reason = bad, f"CRC mismatch at position {int(table.position[bad])}"
-        last_offsets = table.base_offset[:n] + table.last_offset_delta[:n]
+        last_offsets = table.last_offset[:n]
         overflow = np.flatnonzero(last_offsets - self.base_offset > INT32_MAX)
         previous_end = np.concatenate(([self.base_offset], last_offsets[:-1] + 1))[:n]
         below = np.flatnonzero(table.base_offset[:n] < previous_end)
@@ -378,23 +376,25 @@ class LogSegment:
         if not reason and table.stop_reason != ScanStop.END:
             reason = f"{table.stop_reason.name.lower().replace('_', ' ')} at position {table.stop_position}"
         valid_bytes = int(table.position[n - 1] + table.size[n - 1]) if n else 0
-        self._rebuild_indexes(table.position[:n], table.size[:n], last_offsets[:n], table.max_timestamp[:n])
+        plan = plan_of(table, n, self.base_offset, self.index_interval_bytes)
+        # opened without their sanity checks: they are rebuilt here
+        refill_offset_index(self._offset_index.get(checked=False), plan, self.max_index_size)
+        refill_time_index(self._time_index.get(checked=False), plan, self.max_index_size)
+        self.bytes_since_last_index_entry = plan.bytes_since_last_entry
+        self.set_max_timestamp(plan.max_timestamp, plan.offset_of_max_timestamp)
         truncated = self.log.size_in_bytes - valid_bytes
         if truncated > 0:
             log.warning("truncating %s at position %d (%s): %d invalid bytes", self.log.path,
                         valid_bytes, reason, truncated)
             self.log.truncate_to(valid_bytes)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
-                                     skip_full_check=True)
-        self.time_index.trim_to_valid_size()
         return RecoveryResult(truncated, valid_bytes, n, reason if truncated > 0 else "")
 
-    def _rebuild_indexes(self, positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
-                         max_timestamps: np.ndarray) -> None:
-        """Index entries exactly where appends would have put them (``index_plan.py``)."""
-        self._apply_plan(plan_index_entries(positions, sizes, last_offsets, max_timestamps,
-                                            self.index_interval_bytes, IndexState.empty(self.base_offset)))
+    def _rebuild_from_log(self, index: OffsetIndex | TimeIndex) -> None:
+        """Refill an index opened lazily that failed its sanity check (lazy_index.py), and put it
+        on disk at once. Such a segment is below the recovery point and no longer appended to."""
+        refill(index, plan_from_log(self.log, self.base_offset, self.index_interval_bytes, index.path),
+               self.max_index_size)
+        index.flush()
 
     def _index_state(self) -> IndexState:
         return IndexState(self.bytes_since_last_index_entry, self.max_timestamp_so_far,
