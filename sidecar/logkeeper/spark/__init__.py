@@ -10,6 +10,7 @@ Modules (only job.py imports pyspark; the others are what the sidecar and the wo
 - faults.py    the crash and failure points the tests set through the environment
 - submit.py    the file given to spark-submit: runs command.py
 - resources.py the session conf derived from the round: memory, the UI
+- jvm_output.py the JVM's standard error relayed, its last lines the reason when it cannot start
 - partitioning.py  the tasks: chunks a keys task, groups a rewrite task (Spark's hash steered)
 
 The sidecar's side of the hand-off (pause, run, validate, swap, resume) is cleaner/offload.py; the

@@ -32,9 +32,10 @@ for local masters; the keys aggregate without a partial aggregation, and its
 ``spark.sql.shuffle.partitions`` from the cores and the round's bytes; the UI on (port 4040) and
 memory from the round's bytes unless ``--conf`` says otherwise (resources.py); with a k8s://
 master in the operator's Job, the driver's pod IP and name and the executors' pod template
-(on_k8s.py). Progress: accumulators the tasks add to (chunks and groups done, bytes read and
-written), written by the driver to ``<staging>/progress.json`` every second
-(cleaner/offload_progress.py).
+(on_k8s.py). Outside spark-submit the job starts the JVM itself, with its standard error relayed
+(jvm_output.py): a JVM that exits before it starts fails the job with its own last lines.
+Progress: accumulators the tasks add to (chunks and groups done, bytes read and written), written
+by the driver to ``<staging>/progress.json`` every second (cleaner/offload_progress.py).
 
 For crash tests, LOGKEEPER_SPARK_CRASH_AT=<step> kills the job right after a step (faults.py
 lists them). The command line is command.py.
@@ -55,6 +56,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkRuntimeError
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -63,6 +67,7 @@ from ..cleaner.offload_manifest import SEGMENTS_DIR, InputSegment, Manifest, Sta
 from ..cleaner.offload_progress import CHECKING, KEYS, MANIFEST_STAGE, REWRITE, STARTING, Progress, write_progress
 from .extract import extract_keys
 from .faults import maybe_crash, maybe_delay_chunk, maybe_fail_task, maybe_kill_group
+from .jvm_output import JvmOutput, SparkStartError
 from .on_k8s import driver_conf
 from .partitioning import keys_slices, pack_groups, partition_keys, rewrite_slots
 from .plan import CLEAN, DIRTY, GROUP_BITS, MIN_OFFSET, CompactionPlan
@@ -91,11 +96,13 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
         master = "local[*]"
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name)
-    if master is not None:
-        builder = builder.master(master)
+    options = {"spark.app.name": app_name, **({"spark.master": master} if master is not None else {})}
     conf = {**driver_conf(master, conf or {}, os.environ), **(conf or {})}  # executors as pods (on_k8s.py)
-    for key, value in derived_conf(read_bytes, master, conf, under_submit).items():
+    options.update(derived_conf(read_bytes, master, conf, under_submit))
+    if not under_submit and SparkSession.getActiveSession() is None:
+        _start_jvm(options)  # spark-submit started the JVM already, a session has one
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -106,6 +113,24 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
         spark.conf.set("spark.sql.shuffle.partitions",
                        str(shuffle_partitions(read_bytes, spark.sparkContext.defaultParallelism)))
     return spark
+
+
+def _start_jvm(options: dict[str, str]) -> None:
+    """Start the JVM and the SparkContext the session then takes, as the builder would, with
+    the JVM's standard error relayed (jvm_output.py): a JVM that exits before it starts fails
+    with its own last lines, not only pyspark's "Java gateway process exited"."""
+    output = JvmOutput()
+    conf = SparkConf().setAll(list(options.items()))
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": output.write_fd})  # type: ignore[no-untyped-call]
+    except PySparkRuntimeError as e:
+        if e.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        said = " / ".join(output.last_lines()) or "it wrote nothing"
+        raise SparkStartError(f"Spark's JVM exited before it started: {said}") from e
+    finally:
+        output.close_writer()
+    SparkContext(conf=conf, gateway=gateway)
 
 
 class _Reporter:
