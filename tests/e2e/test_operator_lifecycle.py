@@ -18,7 +18,9 @@ module after test_e2e.py (modules in name order, steps in file order; one sessio
     sidecar removes the hand-off's staging; a quota refusing the next attempt's pod is
     AdmissionRejected with the FailedCreate event; lifted, the job succeeds and is deleted after
     the CleanerPolicy's ttlSecondsAfterFinished; one deleted while its pod runs Spark is cancelled
-    (Job and pod deleted, staging removed);
+    (Job and pod deleted, staging removed); with a Spark conf the JVM refuses
+    (spark.driver.memory: lots) two CompactionJobs fail, each saying why in the JVM's words, and
+    the policy's failedJobsHistoryLimit 1 prunes the older;
 18. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
     (its /metrics says leader 1, the other's 0); the leader pod deleted (released on SIGTERM), then
     the next leader's force-deleted: each time the standby takes the Lease (measured); then the
@@ -43,7 +45,7 @@ from typing import Any
 
 from .compaction_jobs import backlog, compaction_jobs, finished, progressing, unfinished_jobs
 from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, timed_wait, wait_for
+from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, timed_wait, wait_for
 from .pods import LEASE, holder_pod, leader_of, metrics, operator_pods, ready_operator_pods, sample, through_service
 from .realnode import NODE_NAME, RealNode
 
@@ -97,6 +99,15 @@ def repaired(kubectl: Kubectl) -> dict[str, str]:
 
 def repaired_since(kubectl: Kubectl, before: dict[str, str]) -> set[str]:
     return {m for name, m in repaired(kubectl).items() if name not in before}
+
+
+def after_retry_backoff(api: Sidecar, whose: str) -> None:
+    """Wait until the sidecar may hand acc-0 off again (its offload entry's retry_at_ms, the
+    policy's 2 s): a backlog written before is the in-process cleaner's, which, a pass taking
+    milliseconds, cleans all of it before the sidecar may hand it off."""
+    retry_at = next(p["offload"] for p in api.call("GET", "/v1/status")[1]["partitions"]
+                    if (p["topic"], p["partition"]) == ("acc", 0)).get("retry_at_ms") or 0
+    wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, f"{whose} retry backoff over", every_s=0.2)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -299,10 +310,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     # pass, in the first run of this step): a new backlog for the next hand-off, written once the
     # cancel's retry backoff (2 s) is over - before that the cleaner thread takes it and, a pass
     # taking milliseconds, cleans all of it before the sidecar may hand it off again
-    retry_at = next(p["offload"] for p in api.call("GET", "/v1/status")[1]["partitions"]
-                    if (p["topic"], p["partition"]) == ("acc", 0))["retry_at_ms"]
-    wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, "the cancelled hand-off's retry backoff over",
-             every_s=0.2)
+    after_retry_backoff(api, "the cancelled hand-off's")
     backlog(api, "acc", "c", "v")
     nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
                    "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
@@ -344,6 +352,36 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     FIGURES["cancel while Running to staging removed s"] = round(time.monotonic() - t0, 1)
     mark(f"CompactionJob {name} deleted while its pod ran Spark: Job and pod gone, staging removed after "
          f"{FIGURES['cancel while Running to staging removed s']} s")
+
+    # a Spark conf the JVM refuses: each CompactionJob fails and says why in the JVM's own words;
+    # of the failed ones the policy keeps the newest (failedJobsHistoryLimit 1, its TTL made long
+    # so that only the limit prunes); the backlogs are the in-process cleaner's meanwhile
+    kubectl("patch", "cleanerpolicy", JOBS_POLICY, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(
+        {"spec": {"compactionJobs": {"ttlSecondsAfterFinished": 3600, "failedJobsHistoryLimit": 1}}}))
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=merge", "-p",
+            json.dumps({"spec": {"spark": {"conf": {"spark.driver.memory": "lots"}}}}))
+    failed: list[str] = []
+    for prefix in ("e", "f"):
+        done_names.add(name)
+        after_retry_backoff(api, "the last hand-off's")
+        backlog(api, "acc", prefix, "v")
+        cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in done_names
+                                    and c["metadata"]["name"] not in failed), None), 180,
+                      "a CompactionJob for acc-0 with the refused conf")
+        name = cj["metadata"]["name"]
+        done = wait_for(lambda n=name: finished(kubectl, n), 300, f"CompactionJob {name} to end", every_s=1)
+        st = done["status"]
+        conds = {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
+        assert st["phase"] == "Failed" and conds["Failed"] == ("True", "HandOffEnded"), st
+        assert "Invalid maximum heap size: -Xmxlots" in st["message"], st  # the JVM's words, through the sidecar
+        failed.append(name)
+    mark(f"CompactionJobs {failed} Failed, saying why: {st['message'][:160]}")
+    wait_for(lambda: not kubectl.exists("compactionjob", failed[0], NAMESPACE), 60,
+             f"the older failed CompactionJob {failed[0]} pruned (failedJobsHistoryLimit 1)", every_s=1)
+    wait_for(lambda: not kubectl.exists("job", f"{failed[0]}-a1", NAMESPACE), 60, f"Job {failed[0]}-a1 collected")
+    assert kubectl.exists("compactionjob", failed[1], NAMESPACE), f"the newest failed CompactionJob {failed[1]} kept"
+    kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/spec/spark/conf"}]))
 
     # back to the default cleaner (a roll): no more hand-offs; the ones under way end, so that no
     # unfinished CompactionJob - whose finalizer waits for the operator, by design - is left for
