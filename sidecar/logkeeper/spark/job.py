@@ -99,8 +99,10 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     options = {"spark.app.name": app_name, **({"spark.master": master} if master is not None else {})}
     conf = {**driver_conf(master, conf or {}, os.environ), **(conf or {})}  # executors as pods (on_k8s.py)
     options.update(derived_conf(read_bytes, master, conf, under_submit))
-    if not under_submit and SparkSession.getActiveSession() is None:
-        _start_jvm(options)  # spark-submit started the JVM already, a session has one
+    # pyspark starts a JVM only when this process has none (its _gateway; kept after a stop), and
+    # under spark-submit it joins spark-submit's: then the builder's own start is skipped
+    if not under_submit and SparkContext._gateway is None:
+        _start_jvm(options)
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)

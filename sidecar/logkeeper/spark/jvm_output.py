@@ -42,14 +42,20 @@ class JvmOutput:
     def _relay(self) -> None:
         try:
             while chunk := os.read(self._read_fd, 65536):
-                try:
-                    os.write(self._relay_to, chunk)
-                except OSError:
-                    pass  # a closed standard error must not stall the JVM: keep reading
-                *whole, self._partial = (self._partial + chunk).split(b"\n")
+                self._write(chunk)
+                *whole, partial = (self._partial + chunk).split(b"\n")
+                self._partial = partial[-4096:]  # a line that never ends is kept bounded
                 self._lines.extend(line.decode("utf-8", "replace").rstrip() for line in whole)
         finally:
             os.close(self._read_fd)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._relay_to, view):]
+        except OSError:
+            pass  # a closed standard error must not stall the JVM: keep reading
 
     def last_lines(self, n: int = 5, timeout_s: float = 5.0) -> list[str]:
         """The last ``n`` non-blank lines, once the JVM's end of the pipe closed (it exited)."""
