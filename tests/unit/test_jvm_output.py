@@ -27,6 +27,10 @@ def test_relays_every_byte_and_keeps_the_last_lines() -> None:
 
 
 def test_a_silent_process_leaves_no_lines() -> None:
-    output = JvmOutput(relay_to=os.open(os.devnull, os.O_WRONLY))
-    subprocess.run(["true"], stderr=output.write_fd, check=True)
-    assert output.last_lines() == []
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        output = JvmOutput(relay_to=devnull)
+        subprocess.run(["true"], stderr=output.write_fd, check=True)
+        assert output.last_lines() == []
+    finally:
+        os.close(devnull)
