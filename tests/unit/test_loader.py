@@ -11,6 +11,7 @@ import pytest
 
 from logkeeper.errors import CorruptRecordError
 from logkeeper.log import names
+from logkeeper.log.file_records import WouldBlock
 from logkeeper.log.log import Log
 from logkeeper.log.segment import AppendedBatch, LogSegment
 from logkeeper.records.batch import BatchHeader
@@ -125,6 +126,26 @@ def test_only_the_last_segments_indexes_open_at_load(tmp_path: Path) -> None:
     again.close()
     # opened or not, every index is closed as it was found
     assert {p.name: p.read_bytes() for p in log.dir.iterdir() if p.suffix in (".index", ".timeindex")} == indexes
+
+
+def test_a_read_from_the_page_cache_alone_leaves_opening_an_index_to_a_thread(tmp_path: Path) -> None:
+    """The Kafka listener reads on its event loop with ``cached_only`` and hands a read that would
+    wait for the disk to a thread (WouldBlock). Opening an index not opened yet maps its file and
+    reads its pages (and rebuilds a damaged one from the log): that read goes to the thread,
+    which opens it; the next answers from the event loop."""
+    log = filled_log(tmp_path)
+    end = log.log_end_offset
+    log.close()
+    again = reopen(tmp_path, recovery_point=end)
+    middle = again.segments.values()[2]
+    offset = middle.base_offset + 4
+    with pytest.raises(WouldBlock, match="index"):
+        again.read(offset, 10_000, cached_only=True)
+    assert _opened(middle) == (False, False)
+    where = again.read(offset, 10_000)  # on the thread
+    assert _opened(middle)[0]
+    assert again.read(offset, 10_000, cached_only=True).records == where.records
+    again.close()
 
 
 def test_segments_never_opened_are_renamed_and_deleted(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from ..index.txn_index import TransactionIndex
 from ..records.batch_format import HEADER_SIZE
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
-from .file_records import FileRecords, LogOffsetPosition
+from .file_records import FileRecords, LogOffsetPosition, WouldBlock
 from .index_plan import IndexPlan, IndexState, plan_index_entries
 from .index_rebuild import plan_from_log, plan_of, refill, refill_offset_index, refill_time_index
 from .log_config import LogConfig
@@ -242,7 +242,11 @@ class LogSegment:
                          cached_only: bool = False) -> LogOffsetPosition | None:
         """The first batch whose last offset >= ``offset``, searched from the index entry. With
         ``cached_only`` the search must not wait for the disk either: the page it starts in is
-        probed first, WouldBlock if not cached (the index itself is mapped, and hot from appends)."""
+        probed first, WouldBlock if not cached; and an offset index not opened yet (lazy_index.py)
+        is WouldBlock too: opening it maps its file and reads its pages, and rebuilds a damaged one
+        from the log, work for a thread that may wait (an open index is mapped, and hot)."""
+        if cached_only and not self._offset_index.is_open:
+            raise WouldBlock(f"the offset index of {self.log.path} is not open yet")
         position = max(self.offset_index.lookup(offset).position, starting_position)
         if cached_only:
             self.log.read_cached(position, HEADER_SIZE, 1)
