@@ -58,7 +58,7 @@ class SegmentView:
             shared = self._shared_table(start)
             self.table = shared if shared is not None else scan_batches(self.buf, start, self.end_position)
         if self.size and self.table.stop_reason != ScanStop.END:
-            reason = self.table.stop_reason.name.lower().replace("_", " ")
+            reason = self.table.stop_reason.words
             raise CorruptRecordError(
                 self.table.stop_position, f"{reason}: the cleaner cannot read the segment to its end",
                 self.path)

@@ -33,9 +33,8 @@ def plan_from_log(records: FileRecords, base_offset: int, interval_bytes: int, i
     with records.mapped() as buf:
         table = scan_batches(buf, 0, records.size_in_bytes)
     if table.stop_reason != ScanStop.END:
-        reason = table.stop_reason.name.lower().replace("_", " ")
-        raise CorruptRecordError(table.stop_position, f"{reason}; {index_path.name} not rebuilt from it",
-                                 str(records.path))
+        raise CorruptRecordError(table.stop_position, f"{table.stop_reason.words}; {index_path.name} not rebuilt "
+                                 "from it", str(records.path))
     return plan_of(table, len(table), base_offset, interval_bytes)
 
 

@@ -378,7 +378,7 @@ class LogSegment:
             reason = (f"offset {int(table.base_offset[n])} below the segment base or the previous batch "
                       f"at position {int(table.position[n])}")
         if not reason and table.stop_reason != ScanStop.END:
-            reason = f"{table.stop_reason.name.lower().replace('_', ' ')} at position {table.stop_position}"
+            reason = f"{table.stop_reason.words} at position {table.stop_position}"
         valid_bytes = int(table.position[n - 1] + table.size[n - 1]) if n else 0
         plan = plan_of(table, n, self.base_offset, self.index_interval_bytes)
         # opened without their sanity checks: they are rebuilt here

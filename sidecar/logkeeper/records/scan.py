@@ -112,6 +112,11 @@ class ScanStop(enum.IntEnum):
     BAD_SIZE = _k.STOP_BAD_SIZE
     LIMIT = _k.STOP_LIMIT
 
+    @property
+    def words(self) -> str:
+        """The reason as messages say it: "short tail", "bad magic"."""
+        return self.name.lower().replace("_", " ")
+
 
 @dataclass(frozen=True, eq=False)
 class BatchTable:
