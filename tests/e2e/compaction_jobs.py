@@ -4,12 +4,18 @@ one."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from logkeeper_operator.times import epoch_of
 
 from .conftest import NAMESPACE
-from .kube import Kubectl, Sidecar, produce_paused
+from .kube import Kubectl, Sidecar, produce_paused, wait_for
+
+# the CleanerPolicy cleaner settings under which backlog() is handed to a CompactionJob: one
+# thread, rounds every 300 ms, an offset map of 24 KiB (~900 keys) and a hand-off from 2 passes
+HANDOFF_CLEANER = {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": 300, "log.cleaner.dedupe.buffer.size": 24576,
+                   "log.cleaner.offload.backlog.min.passes": 2}
 
 
 def backlog(api: Sidecar, topic: str, prefix: str, value: str) -> list[list[dict[str, str]]]:
@@ -21,6 +27,15 @@ def backlog(api: Sidecar, topic: str, prefix: str, value: str) -> list[list[dict
               for chunk in range(30)]
     produce_paused(api, topic, 0, chunks)
     return chunks
+
+
+def after_retry_backoff(api: Sidecar, topic: str, whose: str) -> None:
+    """Wait until the sidecar may hand partition 0 of ``topic`` off again (its offload entry's
+    retry_at_ms): a backlog written before is the in-process cleaner's, which, a pass taking
+    milliseconds, cleans all of it before the sidecar may hand it off."""
+    retry_at = next(p["offload"] for p in api.call("GET", "/v1/status")[1]["partitions"]
+                    if (p["topic"], p["partition"]) == (topic, 0)).get("retry_at_ms") or 0
+    wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, f"{whose} retry backoff over", every_s=0.2)
 
 
 def compaction_jobs(kubectl: Kubectl) -> list[dict[str, Any]]:

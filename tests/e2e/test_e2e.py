@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .compaction_jobs import attempt_seconds, backlog, compaction_jobs, finished
+from .compaction_jobs import HANDOFF_CLEANER, attempt_seconds, backlog, compaction_jobs, finished
 from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
 from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, printed_columns, wait_for
 from .pods import on_bridge, through_service
@@ -30,18 +30,9 @@ from .realnode import NODE_NAME, RealNode
 CHART = REPO / "charts" / "logkeeper"
 LV, POD = "orders", "orders-0"  # names.pod_name: the StatefulSet's one pod
 OPERATOR_SA = f"system:serviceaccount:{RELEASE_NAMESPACE}:logkeeper"
-POLICY = f"""
-apiVersion: logkeeper.io/v1alpha1
-kind: CleanerPolicy
-metadata: {{name: fast, namespace: {NAMESPACE}}}
-spec:
-  cleaner:
-    log.cleaner.threads: 1
-    log.cleaner.backoff.ms: 300
-    log.cleaner.dedupe.buffer.size: 24576
-    log.cleaner.offload.backlog.min.passes: 2
-  compactionJobs: {{successfulJobsHistoryLimit: 1}}
-"""
+POLICY = json.dumps({"apiVersion": "logkeeper.io/v1alpha1", "kind": "CleanerPolicy",
+                     "metadata": {"name": "fast", "namespace": NAMESPACE},
+                     "spec": {"cleaner": HANDOFF_CLEANER, "compactionJobs": {"successfulJobsHistoryLimit": 1}}})
 LOGVOLUME = f"""
 apiVersion: logkeeper.io/v1alpha1
 kind: LogVolume

@@ -18,9 +18,9 @@ module after test_e2e.py (modules in name order, steps in file order; one sessio
     sidecar removes the hand-off's staging; a quota refusing the next attempt's pod is
     AdmissionRejected with the FailedCreate event; lifted, the job succeeds and is deleted after
     the CleanerPolicy's ttlSecondsAfterFinished; one deleted while its pod runs Spark is cancelled
-    (Job and pod deleted, staging removed); with a Spark conf the JVM refuses
-    (spark.driver.memory: lots) two CompactionJobs fail, each saying why in the JVM's words, and
-    the policy's failedJobsHistoryLimit 1 prunes the older;
+    (Job and pod deleted, staging removed);
+17b. with a Spark conf the JVM refuses (spark.driver.memory: lots) two CompactionJobs fail, each
+    saying why in the JVM's words, and the policy's failedJobsHistoryLimit 1 prunes the older;
 18. high availability: helm upgrade to 2 replicas: one holds the Lease logkeeper-operator-leader
     (its /metrics says leader 1, the other's 0); the leader pod deleted (released on SIGTERM), then
     the next leader's force-deleted: each time the standby takes the Lease (measured); then the
@@ -40,74 +40,34 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
-from .compaction_jobs import backlog, compaction_jobs, finished, progressing, unfinished_jobs
-from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
-from .kube import Helm, Kubectl, Sidecar, condition, container_ready, local_pv, mark, timed_wait, wait_for
+from .compaction_jobs import after_retry_backoff, backlog, compaction_jobs, finished, progressing, unfinished_jobs
+from .conftest import NAMESPACE, RELEASE_NAMESPACE, REPO
+from .kube import Helm, Kubectl, container_ready, local_pv, mark, timed_wait, wait_for
+from .lifecycle import (
+    BACKLOG_TOPIC,
+    CHILDREN,
+    JOBS_POLICY,
+    JOBS_POLICY_YAML,
+    LEASE_S,
+    LOGVOLUME,
+    LV,
+    POD,
+    RECONCILE_S,
+    RETRY_S,
+    VALUES,
+    lv_json,
+    lv_ready,
+    on_node,
+    repaired,
+    repaired_since,
+)
 from .pods import LEASE, holder_pod, leader_of, metrics, operator_pods, ready_operator_pods, sample, through_service
 from .realnode import NODE_NAME, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
-LV, POD = "lifecycle", "lifecycle-0"
-RECONCILE_S = 10
-LEASE_S, RETRY_S = 15, 2  # the chart's lease.duration.seconds and lease.retry.seconds (kept)
-# test_e2e.py's operator settings, with drift repair every RECONCILE_S
-VALUES = OPERATOR_VALUES + f"    reconcile.interval.seconds: {RECONCILE_S}\n"
-LOGVOLUME = {
-    "apiVersion": "logkeeper.io/v1alpha1", "kind": "LogVolume", "metadata": {"name": LV, "namespace": NAMESPACE},
-    "spec": {"volumes": [{"id": "disk-0", "size": "1Gi", "deleteClaim": True}],
-             "topics": [{"name": "t", "partitions": 2}]},
-}
-CHILDREN = (("statefulset", LV), ("service", LV), ("configmap", f"{LV}-config"), ("secret", f"{LV}-token"),
-            ("networkpolicy", LV), ("pvc", f"{LV}-disk-0"), ("pod", POD))
 FIGURES: dict[str, float] = {}
-# step 17: a policy that hands a small backlog to Spark (test_e2e.py's), retries a failed hand-off
-# after 2 s and deletes a finished CompactionJob 5 s after it ended
-JOBS_POLICY = "lc-jobs"
-JOBS_POLICY_YAML = {"apiVersion": "logkeeper.io/v1alpha1", "kind": "CleanerPolicy",
-                    "metadata": {"name": JOBS_POLICY, "namespace": NAMESPACE},
-                    "spec": {"cleaner": {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": 300,
-                                         "log.cleaner.dedupe.buffer.size": 24576,
-                                         "log.cleaner.offload.backlog.min.passes": 2,
-                                         "log.cleaner.uncleanable.retry.initial.ms": 2000,
-                                         "log.cleaner.uncleanable.retry.max.ms": 2000},
-                             "compactionJobs": {"ttlSecondsAfterFinished": 5}}}
-BACKLOG_TOPIC = {"name": "acc", "partitions": 1, "configs": {"cleanup.policy": ["compact"], "segment.bytes": 16384,
-                                                             "min.cleanable.dirty.ratio": 0.01}}
-
-
-def lv_json(kubectl: Kubectl) -> dict[str, Any]:
-    return dict(kubectl.json("get", "logvolume", LV, "-n", NAMESPACE))
-
-
-def lv_ready(kubectl: Kubectl) -> bool:
-    """The LogVolume Ready and its StatefulSet's pod (not one being deleted) serving."""
-    pod = kubectl.json("get", "pod", POD, "-n", NAMESPACE)
-    return bool(condition(lv_json(kubectl), "Ready").get("status") == "True"
-                and not pod["metadata"].get("deletionTimestamp") and container_ready(pod, "sidecar"))
-
-
-def repaired(kubectl: Kubectl) -> dict[str, str]:
-    """The LogVolume's `Repaired` events, name -> message (each repair is a new event)."""
-    events = kubectl.json("get", "events", "-n", NAMESPACE, "--field-selector",
-                          f"involvedObject.name={LV},involvedObject.kind=LogVolume,reason=Repaired")["items"]
-    assert all(e["type"] == "Normal" for e in events), [(e["type"], e["message"]) for e in events]
-    return {e["metadata"]["name"]: e["message"] for e in events}
-
-
-def repaired_since(kubectl: Kubectl, before: dict[str, str]) -> set[str]:
-    return {m for name, m in repaired(kubectl).items() if name not in before}
-
-
-def after_retry_backoff(api: Sidecar, whose: str) -> None:
-    """Wait until the sidecar may hand acc-0 off again (its offload entry's retry_at_ms, the
-    policy's 2 s): a backlog written before is the in-process cleaner's, which, a pass taking
-    milliseconds, cleans all of it before the sidecar may hand it off."""
-    retry_at = next(p["offload"] for p in api.call("GET", "/v1/status")[1]["partitions"]
-                    if (p["topic"], p["partition"]) == ("acc", 0)).get("retry_at_ms") or 0
-    wait_for(lambda: time.time() * 1000 > retry_at + 500, 60, f"{whose} retry backoff over", every_s=0.2)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -257,13 +217,6 @@ def test_16_cel_rules_refuse_bad_specs_naming_the_field(kubectl: Kubectl) -> Non
     mark(f"CEL: {len(cases) + 1} bad specs refused by kubectl apply, each naming its field")
 
 
-def on_node(node: RealNode, staging: str) -> Path:
-    """Where the pod's path ``staging`` (/data/disk-0/...) is on the node (the static PV's dir)."""
-    prefix = "/data/disk-0/"
-    assert staging.startswith(prefix), staging
-    return node.workdir / "volumes" / "lc-disk-0" / staging[len(prefix):]
-
-
 def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(kubectl: Kubectl,
                                                                                  node: RealNode) -> None:
     kubectl("apply", "-f", "-", stdin=json.dumps(JOBS_POLICY_YAML))
@@ -310,7 +263,7 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     # pass, in the first run of this step): a new backlog for the next hand-off, written once the
     # cancel's retry backoff (2 s) is over - before that the cleaner thread takes it and, a pass
     # taking milliseconds, cleans all of it before the sidecar may hand it off again
-    after_retry_backoff(api, "the cancelled hand-off's")
+    after_retry_backoff(api, "acc", "the cancelled hand-off's")
     backlog(api, "acc", "c", "v")
     nxt = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] != name), None), 180,
                    "the next CompactionJob for acc-0 (the sidecar retried the hand-off)")
@@ -353,25 +306,28 @@ def test_17_stuck_compaction_jobs_say_why_deletion_cancels_and_finished_ones_go(
     mark(f"CompactionJob {name} deleted while its pod ran Spark: Job and pod gone, staging removed after "
          f"{FIGURES['cancel while Running to staging removed s']} s")
 
-    # a Spark conf the JVM refuses: each CompactionJob fails and says why in the JVM's own words;
-    # of the failed ones the policy keeps the newest (failedJobsHistoryLimit 1, its TTL made long
-    # so that only the limit prunes); the backlogs are the in-process cleaner's meanwhile
+
+def test_17b_failing_compaction_jobs_say_why_and_the_older_is_pruned(kubectl: Kubectl) -> None:
+    """A Spark conf the JVM refuses: each CompactionJob fails and says why in the JVM's own words;
+    of the failed ones the policy keeps the newest (failedJobsHistoryLimit 1, its TTL made long so
+    that only the limit prunes); the backlogs are the in-process cleaner's meanwhile. Then back
+    to the default cleaner."""
+    api = through_service(kubectl, LV)
     kubectl("patch", "cleanerpolicy", JOBS_POLICY, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(
         {"spec": {"compactionJobs": {"ttlSecondsAfterFinished": 3600, "failedJobsHistoryLimit": 1}}}))
     kubectl("patch", "logvolume", LV, "-n", NAMESPACE, "--type=merge", "-p",
             json.dumps({"spec": {"spark": {"conf": {"spark.driver.memory": "lots"}}}}))
     # a CompactionJob already there may have its Job from before the patch (the operator renders
     # the conf when it creates the Job): only later ones are counted
-    done_names |= {c["metadata"]["name"] for c in compaction_jobs(kubectl)}
+    seen = {c["metadata"]["name"] for c in compaction_jobs(kubectl)}
     failed: list[str] = []
     for prefix in ("e", "f"):
-        done_names.add(name)
-        after_retry_backoff(api, "the last hand-off's")
+        after_retry_backoff(api, "acc", "the last hand-off's")
         backlog(api, "acc", prefix, "v")
-        cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in done_names
-                                    and c["metadata"]["name"] not in failed), None), 180,
-                      "a CompactionJob for acc-0 with the refused conf")
+        cj = wait_for(lambda: next((c for c in compaction_jobs(kubectl) if c["metadata"]["name"] not in seen), None),
+                      180, "a CompactionJob for acc-0 with the refused conf")
         name = cj["metadata"]["name"]
+        seen.add(name)
         done = wait_for(lambda n=name: finished(kubectl, n), 300, f"CompactionJob {name} to end", every_s=1)
         st = done["status"]
         conds = {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
