@@ -3,7 +3,7 @@ backlogs from 1M distinct keys up (issue 21).
 
 Run: ``make bench-spark`` (= ``.venv/bin/python bench/bench_spark.py`` with the spark extra
 installed). Options: ``--keys 1M,4M,10M`` (the backlog sizes), ``--no-standalone``, ``--dir D``
-(scratch space: about 3x the largest backlog's bytes), ``--paths`` (a subset of the paths below,
+(scratch space: about 3x the largest backlog's bytes, checked first), ``--paths`` (a subset of the paths below,
 comma separated), ``--out NAME`` (default spark). Writes the table, with the command, date,
 commit and machine, to ``bench/results/NAME.md`` and the plot to ``bench/results/NAME.svg``. Every figure
 comes from one run of this script, page cache warm. For each size:
@@ -72,6 +72,12 @@ PARTITION = "bench-0"
 RECORDS_PER_SEGMENT = 1_000_000
 DEFAULT_BUFFER = 128 * 1024 * 1024  # Kafka's log.cleaner.dedupe.buffer.size
 LARGEST_BUFFER = (1 << 31) - 1  # Kafka's (and CleanerConfig's) cap on one cleaner thread's buffer
+# Scratch a run needs, checked before any work (a full disk otherwise failed a 100M-key run minutes
+# in, writing its backlog): the backlog's .log bytes a key (spark_100m.md: 17,699 MB for 100M keys,
+# 1.5 records a key), times the copies on disk at once (the source, a cleaned copy and its round's
+# output, or the job's staging).
+BACKLOG_BYTES_PER_KEY = 177
+SCRATCH_COPIES = 3
 JOB_LINE = re.compile(r"plan ([\d.]+) s, spark ([\d.]+) s, total ([\d.]+) s")
 
 
@@ -96,6 +102,16 @@ def segment_from_keys(first_offset: int, keys: np.ndarray, rng: np.random.Genera
         data[s + 17:s + 21] = crc32c.crc32c(view[s + 21:e]).to_bytes(4, "big")
     view.release()
     return bytes(data)
+
+
+def check_scratch(directory: Path, n_keys: int) -> None:
+    """Exit with a message naming ``directory`` when it has less free space than a run over
+    ``n_keys`` keys (the largest backlog) needs."""
+    need = SCRATCH_COPIES * BACKLOG_BYTES_PER_KEY * n_keys
+    free = shutil.disk_usage(directory).free
+    if free < need:
+        raise SystemExit(f"bench_spark: {n_keys:,} keys need about {need / 1e9:.1f} GB of scratch in {directory}, "
+                         f"which has {free / 1e9:.1f} GB free: free some, pass --dir elsewhere or fewer --keys")
 
 
 def make_backlog(root: Path, n_keys: int, seed: int = 11) -> int:
@@ -315,6 +331,7 @@ def main() -> None:
     load_start = os.getloadavg()
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)  # the commands in the results name one under /tmp
+    check_scratch(args.dir or Path(tempfile.gettempdir()), max(sizes))
     scratch = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=args.dir))
     started = time.perf_counter()
     workloads: list[Workload] = []
