@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterable
@@ -72,9 +73,10 @@ def produce_batches(bootstrap: str, topic: str, batches: Iterable[bytes]) -> Non
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout_s: float = 10.0, *, rcvbuf: int | None = None) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0, *, rcvbuf: int | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         """``rcvbuf``: SO_RCVBUF set before connecting (the window is agreed at the handshake),
-        to keep the server's answers waiting in its send buffer."""
+        to keep the server's answers waiting in its send buffer. ``tls``: over TLS, with this context."""
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -82,6 +84,8 @@ class WireClient:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
             self.sock.settimeout(timeout_s)
             self.sock.connect((host, int(port)))
+            if tls is not None:
+                self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         except BaseException:
             self.sock.close()
             raise

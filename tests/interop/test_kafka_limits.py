@@ -8,15 +8,18 @@ figures are only checked against generous bounds (no timing in pass/fail)."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from logkeeper.protocol import messages as m
-from logkeeper.server.process import SidecarProcess
+from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
+from tests.interop.test_kafka_security import make_cert
 from tests.kafka_wire import WireClient, fetch_frame, fetched_records, fill_partition, request_frame
 
 KIB, MIB = 1024, 1024 * 1024
@@ -28,7 +31,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
     """Few connections and a short idle time."""
     root = tmp_path_factory.mktemp("kafka-limits-conn")
     config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.max.connections": 4,
-                          "kafka.connections.max.idle.ms": 1500}, "topics": {"big": {"partitions": 1}}}
+                          "kafka.connections.max.idle.ms": 1500},
+              "topics": {"big": {"partitions": 1}, "stuck": {"partitions": 1}}}
     with SidecarProcess(root, config) as proc:
         yield proc
 
@@ -248,47 +252,109 @@ def test_a_request_pipelined_behind_a_big_answer_is_answered(small: SidecarProce
     assert sizes[0] > answer_bytes
 
 
+def test_a_client_that_stops_reading_its_answer_is_closed_when_idle(small: SidecarProcess) -> None:
+    """An answer sent from its file (sendfile) to a client that stops reading waits on the socket;
+    the idle sweep closes that connection, which stops the send (closing the transport alone
+    left it waiting for the socket forever), and the node goes on serving."""
+    fill_partition(small.kafka_bootstrap, "stuck", 24)  # 12 MB: more than the socket buffers hold
+    stuck = WireClient(small.kafka_bootstrap, rcvbuf=4096)
+    stuck.send_raw(fetch_frame("stuck", 40 * MIB))
+    stuck.sock.settimeout(30)
+    assert stuck.sock.recv(4, socket.MSG_PEEK)  # its answer is being sent
+    time.sleep(4)  # past the 1.5 s idle time twice over
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    assert closed_within(stuck, 30)  # part of the answer, then the end of the connection
+    stuck.close()
+    fresh = [WireClient(small.kafka_bootstrap) for _ in range(4)]  # kafka.max.connections: its slot is back
+    assert all(answered(w) for w in fresh)
+    for w in fresh:
+        w.close()
+    assert "Traceback" not in small.output() and "never retrieved" not in small.output()
+
+
+@dataclass
+class Answers:
+    proc: SidecarProcess
+    plain: str  # bootstraps
+    tls: str
+    context: ssl.SSLContext  # trusts the listener's certificate
+
+
 @pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
-    """A response pool of 16 MiB and a partition of 24 MiB."""
+def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Answers]:
+    """A response pool of 16 MiB and a partition of 24 MiB, over plaintext and TLS."""
     root = tmp_path_factory.mktemp("kafka-limits-answers")
-    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "kafka.queued.max.response.bytes": 16 * MIB},
+    cert = make_cert(root)
+    config = {"sidecar": {"kafka.listen": ["127.0.0.1:0", "SSL://127.0.0.1:0"],
+                          "kafka.ssl.certificate.location": str(cert), "kafka.ssl.key.location": str(root / "key.pem"),
+                          "kafka.queued.max.response.bytes": 16 * MIB},
               "topics": {"big": {"partitions": 1}}}
     with SidecarProcess(root, config) as proc:
-        fill_partition(proc.kafka_bootstrap, "big", 48)
-        yield proc
+        plain, tls = KAFKA_LISTENING.findall(proc.output())
+        fill_partition(plain, "big", 48)
+        context = ssl.create_default_context(cafile=str(cert))
+        yield Answers(proc, plain, tls, context)
 
 
-def test_answers_a_client_does_not_read_hold_at_most_the_response_pool(answers: SidecarProcess) -> None:
-    """Regression: a fetch's records are read into memory, and a client that asked for 50 MiB and
-    did not read its answer held them until its connection went idle (20 such clients: 2 GiB).
-    Answers now count against kafka.queued.max.response.bytes until they are written: a fetch
-    answers with what the pool grants, and one that finds it empty waits until an answer is
-    read."""
-    slow = WireClient(answers.kafka_bootstrap, rcvbuf=4096)  # its answer waits in the sidecar
+def test_a_client_that_does_not_read_its_answer_holds_up_no_other_fetch(answers: Answers) -> None:
+    """On a plaintext connection a fetch's records are sent from the page cache (sendfile), as
+    Kafka's broker sends them: an answer its client does not read holds no memory, so it takes
+    nothing from kafka.queued.max.response.bytes and other fetches are answered at once. Before,
+    two clients that asked for 50 MiB each and stopped reading held the whole default pool, and
+    every other consumer of the node waited until their connections went idle (10 minutes)."""
+    slow = WireClient(answers.plain, rcvbuf=4096)  # its answer waits in the sidecar
+    slow.send_raw(fetch_frame("big", 40 * MIB))
+    slow.sock.settimeout(30)
+    assert slow.sock.recv(4, socket.MSG_PEEK)  # its answer is being written
+    others = []
+    for _ in range(3):  # more than the pool would have held
+        waiting = WireClient(answers.plain)
+        waiting.send_raw(fetch_frame("big", 12 * MIB))
+        waiting.sock.settimeout(30)
+        frame = waiting.read_frame()
+        assert frame is not None
+        others.append(fetched_records(frame))
+        waiting.close()
+    assert all(11 * MIB < len(r) <= 12 * MIB for r in others)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    first = slow.read_frame()
+    slow.close()
+    assert first is not None
+    # the whole partition (24 MB, more than the 16 MiB pool), byte for byte its segment's
+    segment = next(answers.proc.root.rglob("big-0/00000000000000000000.log")).read_bytes()
+    assert fetched_records(first) == segment and len(segment) > 16 * MIB
+    assert all(segment.startswith(r) for r in others)
+
+
+def test_answers_over_tls_hold_at_most_the_response_pool(answers: Answers) -> None:
+    """Regression: a fetch's records are read into memory over TLS (they are encrypted in the
+    process), and a client that asked for 50 MiB and did not read its answer held them until its
+    connection went idle (20 such clients: 2 GiB). Such answers count against
+    kafka.queued.max.response.bytes until they are written: a fetch answers with what the pool
+    grants, and one that finds it empty waits until an answer is read."""
+    slow = WireClient(answers.tls, rcvbuf=4096, tls=answers.context)  # its answer waits in the sidecar
     slow.send_raw(fetch_frame("big", 40 * MIB))
     # its answer's first bytes have arrived: it was granted, read and is being written (a fixed
     # sleep could let the next fetch take the pool first on a loaded machine)
     slow.sock.settimeout(30)
-    assert slow.sock.recv(4, socket.MSG_PEEK)
-    waiting = WireClient(answers.kafka_bootstrap)
+    head = slow.sock.recv(4)
+    assert len(head) == 4
+    waiting = WireClient(answers.tls, tls=answers.context)
     waiting.send_raw(fetch_frame("big", 4 * MIB))
     waiting.sock.settimeout(1.5)
-    with pytest.raises(TimeoutError):  # the pool is the slow client's until it reads
+    with pytest.raises((TimeoutError, ssl.SSLError)):  # the pool is the slow client's until it reads
         waiting.read_frame()
-    waiting.sock.settimeout(30)
+    waiting.close()
     slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
-    first = slow.read_frame()
-    assert first is not None
+    rest = slow._read(struct.unpack(">i", head)[0])
+    assert rest is not None
     # the pool's 16 MiB, not the 24 MiB the partition holds nor the 40 MiB asked for (a first batch
     # past the grant is answered whole: 0.5 MB more at most)
-    assert 8 * MIB < len(fetched_records(first)) <= 16 * MIB + 600_000
-    second = waiting.read_frame()  # answered once the first answer was read
-    assert second is not None and 0 < len(fetched_records(second)) <= 4 * MIB + 600_000
+    assert 8 * MIB < len(fetched_records(rest)) <= 16 * MIB + 600_000
     # the pool is whole again: a fetch gets everything it asks for
-    again = WireClient(answers.kafka_bootstrap)
+    again = WireClient(answers.tls, tls=answers.context)
     again.send_raw(fetch_frame("big", 12 * MIB))
     third = again.read_frame()
     assert third is not None and 11 * MIB < len(fetched_records(third)) <= 12 * MIB
-    for w in (slow, waiting, again):
+    for w in (slow, again):
         w.close()

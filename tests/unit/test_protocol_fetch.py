@@ -4,6 +4,7 @@ append notifier that wakes a waiting fetch."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,11 +12,14 @@ from typing import Any
 
 import pytest
 
-from logkeeper.log.file_records import FileRecords, WouldBlock
+from logkeeper.log import page_cache
+from logkeeper.log.file_records import FileRecords, RecordsSlice, WouldBlock
 from logkeeper.log.names import TopicPartition
 from logkeeper.log.segment import FetchData
 from logkeeper.protocol import handlers_data
+from logkeeper.protocol import messages as m
 from logkeeper.protocol.context import AppendNotifier, Connection
+from logkeeper.protocol.framing import SplicedFrame, answer_frame, response_frame
 from logkeeper.protocol.memory_pool import MemoryPool
 from logkeeper.records.builder import Record, build_batch
 
@@ -27,8 +31,10 @@ class FakeManager:
         self.records = records
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_offset: int | None,
-             min_one_batch: bool, whole_batches: bool, cached_only: bool) -> FetchData:
+             min_one_batch: bool, whole_batches: bool, cached_only: bool, zero_copy: bool) -> FetchData:
         assert not whole_batches  # the listener reads slices, as Kafka's LogSegment.read
+        if zero_copy:
+            return FetchData(0, self.records.slice(0, max_bytes, cached_only=cached_only), 0)
         if cached_only:
             return FetchData(0, self.records.read_cached(0, max_bytes, 1), 0)
         return FetchData(0, self.records.read(0, max_bytes), 0)
@@ -208,3 +214,83 @@ def test_an_append_on_the_event_loop_wakes_a_waiting_fetch_directly() -> None:
         await asyncio.wait_for(waiting, 5.0)
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ zero copy (plaintext connections)
+ZERO_COPY = Connection("client", "127.0.0.1", 9092, None, hold=given_to_connection.append, zero_copy=True)
+
+
+def test_a_zero_copy_fetch_answers_slices_of_the_file_and_holds_none_of_the_pool(records: FileRecords) -> None:
+    ctx = FakeContext(records)
+    given_to_connection.clear()
+    answer = asyncio.run(handlers_data.fetch(ctx, ZERO_COPY, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    [piece] = [p["records"] for t in answer["responses"] for p in t["partitions"]]
+    assert isinstance(piece, RecordsSlice) and piece.read() == BATCH
+    assert ctx.runs == 0  # in the page cache: on the event loop
+    assert given_to_connection == [] and ctx.responses.used == 0
+
+
+def test_a_large_zero_copy_fetch_in_the_page_cache_is_answered_on_the_loop(records: FileRecords) -> None:
+    """A slice costs the loop index lookups and one page-cache query whatever its size (a read
+    into memory of more than INLINE_FETCH_BYTES goes to a thread)."""
+    ctx = FakeContext(records)
+    ctx.settings.fetch_max_bytes = 64 << 20
+    req = request(2, max_wait_ms=60_000)
+    req["max_bytes"] = 64 << 20
+    for p in req["topics"][0]["partitions"]:
+        p["partition_max_bytes"] = 32 << 20
+    asyncio.run(handlers_data.fetch(ctx, ZERO_COPY, req, 12))  # type: ignore[arg-type]
+    assert ctx.runs == 0
+
+
+def test_a_zero_copy_fetch_outside_the_page_cache_goes_to_a_thread_that_reads_it_in(
+        records: FileRecords, monkeypatch: pytest.MonkeyPatch) -> None:
+    warmed: list[tuple[int, int]] = []
+    monkeypatch.setattr(page_cache, "cached", lambda fd, position, size: False)
+    monkeypatch.setattr(page_cache, "warm", lambda fd, position, size: warmed.append((position, size)))
+    ctx = FakeContext(records)
+    answer = asyncio.run(handlers_data.fetch(ctx, ZERO_COPY, request(1, max_wait_ms=60_000), 12))  # type: ignore[arg-type]
+    assert _records_of_slices(answer) == [BATCH] and ctx.runs == 1
+    assert warmed == [(0, len(BATCH))]  # the thread brought the range into the page cache
+
+
+def _records_of_slices(answer: dict[str, Any]) -> list[bytes]:
+    return [p["records"].read() for t in answer["responses"] for p in t["partitions"]]
+
+
+def test_a_spliced_frame_is_the_frame_with_its_records_copied_in(records: FileRecords) -> None:
+    """answer_frame leaves the records of a RecordsSlice out and counts them in the frame's size:
+    its head with each slice's bytes put in at its hole is, byte for byte, the frame encoded with
+    the records read into memory (the classic and the flexible encodings)."""
+    for version in (11, 12):
+        body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{"topic": "t", "partitions": [
+            {"partition_index": p, "error_code": 0, "high_watermark": 1, "last_stable_offset": 1, "log_start_offset": 0,
+             "aborted_transactions": None, "preferred_read_replica": -1, "records": records.slice(0, 1 << 20,
+                                                                                                  cached_only=False)}
+            for p in range(3)]}]}
+        spliced = answer_frame(7, 1 if version >= 12 else 0, m.FETCH_RESPONSE, body, version)
+        assert isinstance(spliced, SplicedFrame) and len(spliced.holes) == 3
+        joined, start = bytearray(), 0
+        for at, piece in spliced.holes:
+            joined += spliced.head[start:at] + piece.read()
+            start = at
+        joined += spliced.head[start:]
+        for part in body["responses"][0]["partitions"]:  # type: ignore[index]
+            part["records"] = BATCH
+        assert joined == response_frame(7, 1 if version >= 12 else 0, m.FETCH_RESPONSE, body, version)
+
+
+def test_a_slice_of_a_closed_segment_cannot_be_opened(tmp_path: Path) -> None:
+    """Its segment closed (deleted, cleaned away) before the answer was sent: no descriptor, so
+    the connection closes rather than send another file's bytes under a reused number."""
+    f = FileRecords(tmp_path / "00000000000000000000.log")
+    f.append(BATCH)
+    piece = f.slice(0, len(BATCH), cached_only=False)
+    fd = piece.open()
+    try:
+        assert os.pread(fd, len(BATCH), 0) == BATCH
+    finally:
+        os.close(fd)
+    f.close()
+    with pytest.raises(FileNotFoundError, match="closed"):
+        piece.open()

@@ -6,6 +6,8 @@ layer: every acknowledged append is in the page cache, and ``flush`` is one fsyn
 batch walker of ``records.scan`` turns into columns without a Python loop per batch.
 ``read_cached`` reads only what the page cache holds (``RWF_NOWAIT``), for a caller that must not
 wait for the disk (the Kafka listener's event loop) and hands the read to a thread when it would.
+``slice`` names a range (RecordsSlice) that the Kafka listener sends from the page cache with
+sendfile, as Kafka's broker sends a fetch's records: the bytes are not copied into memory.
 
 Batches are found as Kafka's FileLogInputStream finds them: fewer than 17 bytes left, or a batch
 whose declared size runs past the end, ends the data (a torn tail); a size below the header or
@@ -32,7 +34,7 @@ from ..fileio import as_path, pwrite_all
 from ..records.batch import BatchHeader
 from ..records.batch_format import HEADER_SIZE, HEADER_SIZE_UP_TO_MAGIC
 from ..records.scan import BatchTable, scan_batches
-from . import version_cache
+from . import page_cache, version_cache
 from .version_cache import new_version as _new_version
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
@@ -77,6 +79,28 @@ class TimestampAndOffset(NamedTuple):
 
     timestamp: int
     offset: int
+
+
+class RecordsSlice:
+    """``size`` bytes of a segment's file from ``position``, to be sent from the page cache rather
+    than read into memory (a fetch answer a client is slow to read then holds no memory). Its
+    length is ``size``, so an empty slice is falsy as empty bytes are."""
+
+    __slots__ = ("position", "records", "size")
+
+    def __init__(self, records: FileRecords, position: int, size: int) -> None:
+        self.records, self.position, self.size = records, position, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def open(self) -> int:
+        """A descriptor of its own on the file, for the send (the caller closes it): the segment's
+        may be closed meanwhile (deleted, cleaned away), and its number then reused by another file."""
+        return self.records.dup_fd()
+
+    def read(self) -> bytes:
+        return self.records.read(self.position, self.size)
 
 
 class FileRecords:
@@ -187,6 +211,23 @@ class FileRecords:
         if size == 0:
             return b""
         return os.pread(self._fd, size, position)
+
+    def slice(self, position: int, size: int, *, cached_only: bool) -> RecordsSlice:
+        """Up to ``size`` bytes from ``position``, named, not read. ``cached_only``: WouldBlock when
+        they are not all in the page cache; else they are read once here (this caller may wait) so
+        that the page cache holds them when they are sent."""
+        size = max(0, min(size, self._size - position))
+        if size and cached_only and not page_cache.cached(self._fd, position, size):
+            raise WouldBlock(f"{self._path}: {size} bytes at {position} are not all cached")
+        if size and not cached_only:
+            page_cache.warm(self._fd, position, size)
+        return RecordsSlice(self, position, size)
+
+    def dup_fd(self) -> int:
+        with self._lock:  # not while close() runs: the number could be another file's by then
+            if self._fd < 0:
+                raise FileNotFoundError(errno.ENOENT, "the segment was closed", str(self._path))
+            return os.dup(self._fd)
 
     def read_cached(self, position: int, size: int, at_least: int) -> memoryview:
         """Up to ``size`` bytes from ``position`` as far as the page cache holds them, read without

@@ -360,9 +360,10 @@ class Log:
 
     # ------------------------------------------------------------------ read
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True, whole_batches: bool = True, cached_only: bool = False) -> FetchData:
+             min_one_batch: bool = True, whole_batches: bool = True, cached_only: bool = False,
+             zero_copy: bool = False) -> FetchData:
         """Whole batches from ``start_offset`` (below ``max_offset`` when given: e.g. the LSO);
-        ``whole_batches`` and ``cached_only``: LogSegment.read's."""
+        ``whole_batches``, ``cached_only`` and ``zero_copy``: LogSegment.read's."""
         end = self.log_end_offset
         if start_offset > end or start_offset < self.log_start_offset:
             raise OffsetOutOfRangeError(
@@ -377,7 +378,7 @@ class Log:
                 stop = segment.translate_offset(max_offset)
                 max_position = stop.position if stop is not None else None
             data = segment.read(start_offset, max_bytes, max_position, min_one_batch,
-                                whole_batches=whole_batches, cached_only=cached_only)
+                                whole_batches=whole_batches, cached_only=cached_only, zero_copy=zero_copy)
             if data is not None and data.records:
                 return data
         return FetchData(0, b"", start_offset)

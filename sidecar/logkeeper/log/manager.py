@@ -466,12 +466,12 @@ class LogManager:
 
     def read(self, tp: names.TopicPartition, start_offset: int, max_bytes: int, *,
              max_offset: int | None = None, min_one_batch: bool = True, whole_batches: bool = True,
-             cached_only: bool = False) -> FetchData:
+             cached_only: bool = False, zero_copy: bool = False) -> FetchData:
         """Log.read; WouldBlock (``cached_only``) passes the I/O guard: it is no disk error."""
         lg, d = self._require(tp)
         with self.io_guard(d, f"reading {tp}", lg):
             return lg.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
-                           whole_batches=whole_batches, cached_only=cached_only)
+                           whole_batches=whole_batches, cached_only=cached_only, zero_copy=zero_copy)
 
     def flush(self, tp: names.TopicPartition, offset: int | None = None) -> int:
         """Fsync the partition up to ``offset`` (default: its end); return its recovery point."""

@@ -31,7 +31,7 @@ from ..index.txn_index import TransactionIndex
 from ..records.batch_format import HEADER_SIZE
 from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
 from . import names
-from .file_records import FileRecords, LogOffsetPosition, WouldBlock
+from .file_records import FileRecords, LogOffsetPosition, RecordsSlice, WouldBlock
 from .index_plan import IndexPlan, IndexState, plan_index_entries
 from .index_rebuild import plan_from_log, plan_of, refill, refill_offset_index, refill_time_index
 from .log_config import LogConfig
@@ -54,8 +54,15 @@ class FetchData(NamedTuple):
     last may be partial), first batch position and base offset."""
 
     position: int
-    records: bytes | memoryview  # memoryview: a read from the page cache only (read_cached)
+    records: bytes | memoryview | RecordsSlice  # memoryview: read_cached's; RecordsSlice: zero_copy's
     first_offset: int
+
+    @property
+    def read_bytes(self) -> bytes | memoryview:
+        """The records of a read that was not ``zero_copy``."""
+        if isinstance(self.records, RecordsSlice):
+            raise TypeError("the records of a zero_copy read are in their file, not in memory")
+        return self.records
 
 
 class RecoveryResult(NamedTuple):
@@ -253,7 +260,8 @@ class LogSegment:
         return self.log.search_for_offset(offset, position)
 
     def read(self, start_offset: int, max_bytes: int, max_position: int | None = None,
-             min_one_batch: bool = True, *, whole_batches: bool = True, cached_only: bool = False) -> FetchData | None:
+             min_one_batch: bool = True, *, whole_batches: bool = True, cached_only: bool = False,
+             zero_copy: bool = False) -> FetchData | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` (but at
         least one batch when ``min_one_batch``), never past ``max_position``.
 
@@ -261,7 +269,8 @@ class LogSegment:
         whole, then bytes up to the limit, which may end inside a batch (Kafka's clients drop a
         trailing partial batch and fetch it again); only the first batch's header is read, not one
         per batch. ``cached_only``: only what the page cache holds (FileRecords.read_cached),
-        WouldBlock otherwise."""
+        WouldBlock otherwise. ``zero_copy`` (with ``whole_batches=False``): the records are a
+        RecordsSlice of the file, not its bytes (FileRecords.slice)."""
         if max_bytes < 0:
             raise ValueError(f"invalid max_bytes {max_bytes} for reading {self.log.path}")
         start = self.translate_offset(start_offset, cached_only=cached_only)
@@ -269,7 +278,7 @@ class LogSegment:
             return None
         limit = self.log.size_in_bytes if max_position is None else min(max_position, self.log.size_in_bytes)
         if not whole_batches:
-            return self._slice(start_offset, start, max_bytes, limit, min_one_batch, cached_only)
+            return self._slice(start_offset, start, max_bytes, limit, min_one_batch, cached_only, zero_copy)
         end = start.position
         first_offset = -1
         for position, header in self.log.headers_from(start.position, limit):
@@ -287,11 +296,15 @@ class LogSegment:
         return FetchData(start.position, data, first_offset)
 
     def _slice(self, start_offset: int, start: LogOffsetPosition, max_bytes: int, limit: int,
-               min_one_batch: bool, cached_only: bool) -> FetchData:
+               min_one_batch: bool, cached_only: bool, zero_copy: bool) -> FetchData:
         """``read``'s Kafka-style slice: from the batch at ``start`` up to ``max_bytes``."""
         if start.position + start.size > limit or (start.size > max_bytes and not min_one_batch):
             return FetchData(start.position, b"", start_offset)  # no whole batch there or in the budget
         size = min(max(max_bytes, start.size), limit - start.position)
+        if zero_copy:
+            piece = self.log.slice(start.position, size, cached_only=cached_only)
+            head = self.log.read_cached(start.position, 8, 8) if cached_only else self.log.read(start.position, 8)
+            return FetchData(start.position, piece, int.from_bytes(head, "big", signed=True))
         data = self.log.read_cached(start.position, size, start.size) if cached_only else \
             self.log.read(start.position, size)
         return FetchData(start.position, data, int.from_bytes(data[:8], "big", signed=True))

@@ -20,7 +20,11 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    then spares two epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
    (waiting while the transport's buffer is full: a client that does not read its answers goes
-   idle, holding no pool memory), and the next size is read.
+   idle, holding no pool memory), and the next size is read. A fetch answer's records on a
+   plaintext connection (framing.SplicedFrame) go from the page cache to the socket with
+   sendfile, each slice through a descriptor of its own, as Kafka's broker sends them: an answer
+   its client does not read holds no memory. A slice whose file was closed or cut before it was
+   sent closes the connection (the frame's size promised its bytes); the client fetches again.
 
 So a connection costs its objects (their measured size: bench/results/kafka_flood.md) and at
 most 8 KiB of read-ahead; the frames of all connections together never exceed the pool.
@@ -45,18 +49,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from ..server.config import SidecarSettings
 from . import error_codes as ec
 from . import messages as m
 from .context import BrokerContext
-from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, parse_request_header, peek_header, response_frame
+from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, SplicedFrame, parse_request_header, peek_header, response_frame
 from .memory_pool import FrameCache, MemoryPool
 from .primitives import MalformedError
 from .sasl import Mechanism, SaslFailure, UsersFile, server_for
@@ -69,6 +74,7 @@ AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (100)
 SPILL_CHUNK = 4 * 1024
+TLS_WRITE_CHUNK = 256 * 1024  # an answer is written over TLS this much at a time (_write_tls)
 SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
 # One scratch buffer for every connection's read-ahead: a transport calls get_buffer, fills the
 # buffer and calls buffer_updated in one go on the loop's thread, and buffer_updated copies it out
@@ -111,7 +117,18 @@ class SaslState:
     started: float = field(default_factory=time.monotonic)
 
 
-FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[bytes | bytearray | None]]
+Answer = bytes | bytearray | SplicedFrame
+FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[Answer | None]]
+
+
+class _Descriptor:
+    """What ``loop.sendfile`` uses of a file: its descriptor (RecordsSlice.open's, of its own)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
 
 
 class ConnectionHost(Protocol):
@@ -132,7 +149,7 @@ class ConnectionHost(Protocol):
 
     def users_or_fail(self) -> UsersFile: ...
 
-    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | bytearray | None: ...
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> Answer | None: ...
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -157,6 +174,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._held = 0  # bytes of the listener's response pool the answer being made holds
+        self._sending: asyncio.Future[int] | None = None  # a slice's sendfile, cancelled by close()
 
     # ------------------------------------------------------------------ protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -244,6 +262,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._closed:
             self._closed = True
             self._wakeup.set()
+            if self._sending is not None:
+                # closing the transport drops the sendfile's wait for the socket: it would never end
+                self._sending.cancel()
             if self.transport is not None:
                 self.transport.close()
 
@@ -336,7 +357,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 await pool.acquire(size)
         finally:
             self.busy = False
-        response: bytes | bytearray | None = None
+        response: Answer | None = None
         closing: CloseConnection | None = None
         view: memoryview | None = None
         try:
@@ -367,7 +388,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 await self.write(closing.response)
             log.log(closing.level, "kafka: closing the connection from %s: %s", self.peer_host, closing)
             return False
-        if response is not None:
+        if isinstance(response, SplicedFrame):
+            if not await self._send_spliced(response):
+                return False
+        elif response is not None and self.endpoint.tls is not None:
+            await self._write_tls(memoryview(response))
+        elif response is not None:
             # A view: asyncio (3.11) copies what the socket did not take into its own buffer, and
             # slicing the frame itself would copy it once more. The frame is dropped before the
             # wait, so an answer its client is slow to read is in memory once, not twice.
@@ -377,6 +403,58 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self._target(memoryview(self._head))
         return not self._closed
+
+    async def _write_tls(self, answer: memoryview) -> None:
+        """Write an answer over TLS a chunk at a time. asyncio's TLS layer encrypts all it is given
+        and hands it to the socket's transport, which keeps what the socket does not take: one
+        write of a 40 MiB answer to a client that does not read put all of it there and never
+        paused the writes, so the answer counted as written and its response pool bytes went back
+        (another fetch then read 4 MiB more while 16 MiB still waited; test_kafka_limits). A
+        chunk at a time, the writes pause once a chunk waits, and the pool is held until then."""
+        for start in range(0, len(answer), TLS_WRITE_CHUNK):
+            self.transport.write(answer[start:start + TLS_WRITE_CHUNK])
+            await self._drain()
+            if self._closed:
+                return
+
+    async def _send_spliced(self, frame: SplicedFrame) -> bool:
+        """Write ``frame``: its own bytes, and each slice from its file with sendfile (asyncio's
+        waits for the transport's buffer to empty first, so the bytes go out in order). False
+        when the connection is to close."""
+        loop = asyncio.get_running_loop()
+        head, start = memoryview(frame.head), 0
+        for at, piece in frame.holes:
+            if at > start:
+                self.transport.write(head[start:at])
+                start = at
+            try:
+                fd = piece.open()
+            except OSError as e:
+                self._abort(f"a fetch answer's segment {piece.records.path} went before it was sent: {e}")
+                return False
+            try:
+                source = cast(IO[bytes], _Descriptor(fd))
+                self._sending = asyncio.ensure_future(
+                    loop.sendfile(self.transport, source, piece.position, piece.size, fallback=False))
+                sent = await self._sending
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed and task is not None and not task.cancelling():
+                    return False  # close() stopped the send
+                raise
+            except RuntimeError:  # the transport closed meanwhile
+                return False
+            finally:
+                self._sending = None
+                os.close(fd)
+            if sent != piece.size:
+                self._abort(f"{piece.records.path}: {piece.size - sent} bytes at {piece.position + sent} were cut "
+                            f"before they were sent")
+                return False
+        if start < len(head):
+            self.transport.write(head[start:])
+        await self._drain()
+        return True
 
     def _closed_by_listener(self) -> bool:
         return self.listener.stopping
@@ -390,7 +468,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("kafka: closing the connection from %s: malformed request: %s (frame starts %s)",
                         self.peer_host, err, bytes(frame[:96]).hex())
 
-    async def _handle(self, frame: memoryview) -> bytes | bytearray | None:
+    async def _handle(self, frame: memoryview) -> Answer | None:
         sasl = self.sasl
         if sasl is not None and not sasl.authenticated:
             key = peek_header(frame)[0]

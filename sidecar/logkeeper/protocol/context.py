@@ -25,7 +25,7 @@ def _hold_nothing(_size: int) -> None:
 class Connection:
     """One client connection: where it came from and the address it reached; ``hold(n)`` gives
     the connection ``n`` bytes of the response pool (BrokerContext.responses) to release once its
-    answer is written."""
+    answer is written; ``zero_copy``: the connection sends RecordsSlice records with sendfile."""
 
     peer_host: str
     local_host: str
@@ -33,6 +33,7 @@ class Connection:
     advertised: tuple[str, int] | None  # kafka.advertised.listeners entry of its listener
     client_id: str | None = None
     hold: Callable[[int], None] = _hold_nothing
+    zero_copy: bool = False  # a fetch's records may be sent from their files (a plaintext socket)
 
     @property
     def broker_address(self) -> tuple[str, int]:

@@ -26,6 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ..log.file_records import RecordsSlice
 from .messages import APIS, ApiSpec
 from .primitives import MalformedError, Reader, Writer
 from .schema import Message
@@ -70,6 +71,26 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, ApiS
     return RequestHeader(key, version, correlation_id, client_id), spec, reader
 
 
+@dataclass(frozen=True)
+class SplicedFrame:
+    """A response frame whose records stay in their files: ``head`` is the frame without them, and
+    each hole is (the position in ``head`` where a slice's bytes go, the slice); the frame's size
+    counts them. The connection writes the pieces of ``head`` and sends each slice with sendfile."""
+
+    head: bytearray
+    holes: list[tuple[int, RecordsSlice]]
+
+
+def answer_frame(correlation_id: int, header_version: int, message: Message, body: dict[str, Any],
+                 version: int) -> bytearray | SplicedFrame:
+    """``response_frame``, except that records given as RecordsSlice (a fetch's, zero_copy) are
+    not copied in: a SplicedFrame then."""
+    w = _encode(correlation_id, header_version, message, body, version)
+    if not w.holes:
+        return w.buf
+    return SplicedFrame(w.buf, w.holes)
+
+
 def response_frame(correlation_id: int, header_version: int, message: Message, body: dict[str, Any],
                    version: int) -> bytearray:
     """The whole response frame (size, header, body), encoded in place into one buffer.
@@ -77,9 +98,16 @@ def response_frame(correlation_id: int, header_version: int, message: Message, b
     A fetch answer carries up to fetch.max.bytes of records: encoding the body on its own and then
     joining it behind the size and header copied those records twice more, on the event loop's
     thread. Here the size is patched in once the body is written (bench/ab_kafka_consume.py measures such changes)."""
+    w = _encode(correlation_id, header_version, message, body, version)
+    if w.holes:
+        raise ValueError(f"{message.name}: records to send from their files in a plain response frame")
+    return w.buf
+
+
+def _encode(correlation_id: int, header_version: int, message: Message, body: dict[str, Any], version: int) -> Writer:
     w = Writer()
     w.buf += RESPONSE_HEAD_FLEXIBLE.pack(0, correlation_id, 0) if header_version >= 1 else \
         RESPONSE_HEAD.pack(0, correlation_id)
     message.encode(w, body, version)
-    FRAME_SIZE.pack_into(w.buf, 0, len(w.buf) - FRAME_SIZE.size)
-    return w.buf
+    FRAME_SIZE.pack_into(w.buf, 0, len(w.buf) - FRAME_SIZE.size + sum(piece.size for _, piece in w.holes))
+    return w

@@ -23,10 +23,15 @@ bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. T
 watermark is the log end offset (one replica). ``read_committed`` reads below the last stable
 offset and lists the aborted transactions from the transaction indexes. With less than
 ``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions;
-one naming no partition is answered at once, as Kafka answers it. A fetch's records are read into
-memory (Kafka sends them from the page cache), so they count against the listener's response pool
-(``kafka.queued.max.response.bytes``, memory_pool.py) from the read until the connection has
-written the answer: a fetch reads at most what the pool grants it, and a waiting one holds none.
+one naming no partition is answered at once, as Kafka answers it. On a plaintext connection
+(``Connection.zero_copy``) a fetch's records are not read: the answer names their ranges of the
+segment files (RecordsSlice) and the connection sends them from the page cache with sendfile, as
+Kafka's broker does, so an answer its client is slow to read holds no memory; such a fetch is
+answered on the event loop when its ranges are all in the page cache (page_cache.py), else on a
+thread that first reads them into it. Over TLS the records are read into memory, so they count
+against the listener's response pool (``kafka.queued.max.response.bytes``, memory_pool.py) from
+the read until the connection has written the answer: such a fetch reads at most what the pool
+grants it, and a waiting one holds none.
 
 ListOffsets: -1 latest (the last stable offset under read_committed), -2 earliest, -3 the batch
 holding the largest timestamp, -4 earliest local (= earliest: no tiered storage), a timestamp:
@@ -174,13 +179,15 @@ def _answer_bound(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes
     return max(1, min(max_bytes, asked))
 
 
-def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, committed: bool) -> bool:
-    # read_committed also reads transaction indexes (no RWF_NOWAIT there): on a thread
-    return not committed and _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES
+def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, committed: bool,
+                 zero_copy: bool) -> bool:
+    # read_committed also reads transaction indexes (no RWF_NOWAIT there): on a thread. A zero-copy
+    # answer of any size costs the loop index lookups and one page-cache query, not a copy
+    return not committed and (zero_copy or _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES)
 
 
 def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], budget: int, first: bool,
-                    committed: bool, cached_only: bool) -> dict[str, Any]:
+                    committed: bool, cached_only: bool, zero_copy: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"partition_index": tp.partition, "error_code": ec.NONE, "high_watermark": -1,
                              "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                              "preferred_read_replica": -1, "records": b""}
@@ -193,7 +200,8 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
         if max_bytes > 0 or first:
             entry["records"] = ctx.sidecar.manager.read(tp, offset, max(max_bytes, 1),
                                                         max_offset=lso if committed else None, min_one_batch=first,
-                                                        whole_batches=False, cached_only=cached_only).records
+                                                        whole_batches=False, cached_only=cached_only,
+                                                        zero_copy=zero_copy).records
         elif not start <= offset <= leo:
             entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
         if committed:
@@ -209,36 +217,41 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
 
 
 def _read_all(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
-              committed: bool, cached_only: bool = False) -> tuple[list[dict[str, Any]], int]:
+              committed: bool, cached_only: bool = False, zero_copy: bool = False) -> tuple[list[dict[str, Any]], int]:
     out, total = [], 0
     for tp, p in wanted:
-        entry = _read_partition(ctx, tp, p, max_bytes - total, total == 0, committed, cached_only)
+        entry = _read_partition(ctx, tp, p, max_bytes - total, total == 0, committed, cached_only, zero_copy)
         total += len(entry["records"])
         out.append(entry)
     return out, total
 
 
 def _read_inline(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]],
-                 max_bytes: int) -> tuple[list[dict[str, Any]], int] | None:
+                 max_bytes: int, zero_copy: bool) -> tuple[list[dict[str, Any]], int] | None:
     """``_read_all`` from the page cache, on the event loop; None when a read would wait."""
     try:
-        return _read_all(ctx, wanted, max_bytes, False, cached_only=True)
+        return _read_all(ctx, wanted, max_bytes, False, cached_only=True, zero_copy=zero_copy)
     except WouldBlock:
         return None
 
 
 async def _read_granted(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
-                        committed: bool, inline: bool) -> tuple[list[dict[str, Any]], int, int]:
+                        committed: bool, inline: bool, zero_copy: bool) -> tuple[list[dict[str, Any]], int, int]:
     """One read of the fetch's partitions within the bytes the response pool grants it: (entries,
     records bytes, bytes granted). What is granted is taken from the pool; the caller gives it
-    back or hands it to the connection."""
+    back or hands it to the connection. A zero-copy read holds no memory: nothing is granted."""
+    if zero_copy:
+        read = _read_inline(ctx, wanted, max_bytes, True) if inline else None
+        results, total = read if read is not None else \
+            await ctx.run(_read_all, ctx, wanted, max_bytes, committed, False, True)
+        return results, total, 0
     pool = ctx.responses
     bound = _answer_bound(wanted, max_bytes)
     least = min(bound, LEAST_ANSWER_BYTES)
     granted = pool.try_acquire_up_to(bound, least) or await pool.acquire_up_to(bound, least)
     try:
         limit = min(max_bytes, granted)
-        read = _read_inline(ctx, wanted, limit) if inline else None
+        read = _read_inline(ctx, wanted, limit, False) if inline else None
         results, total = read if read is not None else await ctx.run(_read_all, ctx, wanted, limit, committed)
     except BaseException:
         pool.release(granted)
@@ -256,9 +269,10 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
         deadline = time.monotonic() + max(0, req["max_wait_ms"]) / 1000.0
         fetch_max = ctx.settings.fetch_max_bytes
         max_bytes = max(0, min(req["max_bytes"], fetch_max))
-        inline = _fits_inline(wanted, max_bytes, committed)
+        zero_copy = conn.zero_copy
+        inline = _fits_inline(wanted, max_bytes, committed, zero_copy)
         while True:
-            results, total, granted = await _read_granted(ctx, wanted, max_bytes, committed, inline)
+            results, total, granted = await _read_granted(ctx, wanted, max_bytes, committed, inline, zero_copy)
             left = deadline - time.monotonic()
             # no partitions: nothing to wait for, so Kafka answers at once. The wait on none
             # returned at once, and this loop spun, reading again, until max_wait_ms
@@ -267,13 +281,13 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
                 break
             ctx.responses.release(granted)  # a waiting fetch holds no bytes
             await ctx.notifier.wait([tp for tp, _ in wanted], left)
-        # the answer's records stay in memory until the connection has written them
-        if total > granted:
-            ctx.responses.take(total - granted)  # a first batch larger than the grant
-        else:
-            ctx.responses.release(granted - total)
-        if total:
-            conn.hold(total)
+        if not zero_copy:  # the answer's records stay in memory until the connection has written them
+            if total > granted:
+                ctx.responses.take(total - granted)  # a first batch larger than the grant
+            else:
+                ctx.responses.release(granted - total)
+            if total:
+                conn.hold(total)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (tp, _), r in zip(wanted, results):
         by_topic.setdefault(tp.topic, []).append(r)

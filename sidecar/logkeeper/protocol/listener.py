@@ -49,9 +49,9 @@ from ..server.config import SidecarSettings, is_loopback_host, parse_listen_addr
 from ..server.service import Sidecar
 from . import handlers_admin, handlers_data, handlers_group, handlers_meta, handlers_sasl
 from . import messages as m
-from .connection import CloseConnection, Endpoint, KafkaConnection
+from .connection import Answer, CloseConnection, Endpoint, KafkaConnection
 from .context import AppendNotifier, BrokerContext, Connection
-from .framing import parse_request_header, peek_header, response_frame
+from .framing import answer_frame, parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
 from .memory_pool import FrameCache, MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
@@ -97,7 +97,7 @@ def cluster_id_for(log_dirs: list[str]) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
-async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> bytes | bytearray | None:
+async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> Answer | None:
     """The response frame of one request frame; None when none is due (acks 0). Raises
     MalformedError (close the connection) or CloseConnection."""
     key, version, correlation_id = peek_header(frame)
@@ -111,7 +111,7 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     response = await HANDLERS[key](ctx, conn, request, version)
     if response is None:
         return None
-    return response_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
+    return answer_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
 
 
 class KafkaListener:
@@ -217,12 +217,12 @@ class KafkaListener:
             raise CloseConnection("SASL is not configured on this listener")
         return self.users
 
-    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> bytes | bytearray | None:
+    async def handle_frame(self, conn: KafkaConnection, frame: bytes | memoryview) -> Answer | None:
         ctx = self.ctx
         if ctx is None:
             raise CloseConnection("the listener is stopping")
         c = Connection(conn.peer_host, conn.local[0], conn.local[1], conn.endpoint.advertised,
-                       hold=conn.hold_answer_bytes)
+                       hold=conn.hold_answer_bytes, zero_copy=conn.endpoint.tls is None)
         try:
             return await handle_frame(ctx, c, frame)
         except handlers_data.CloseConnection as e:

@@ -12,10 +12,11 @@ never ahead of an earlier waiter (a large frame is not starved by a stream of sm
 pool lets one allocation overshoot instead; here the config check (queued >= socket.request.max.bytes)
 makes every valid frame fit in an empty pool, so waiting always ends.
 
-Fetch answers: Kafka's broker sends a fetch's records from the page cache (sendfile), so an
-answer a client does not read holds no memory; here they are read into the heap, so a client that
-asks for fetch.max.bytes (50 MiB) and never reads held 50 MiB until its connection went idle (20
-such connections: 2 GiB). A fetch takes its bytes with ``acquire_up_to`` before it reads: as many
+Fetch answers over TLS: Kafka's broker, and this listener on plaintext connections, send a
+fetch's records from the page cache (sendfile), so an answer a client does not read holds no
+memory; over TLS they are read into the heap to be encrypted, so a client that asks for
+fetch.max.bytes (50 MiB) and never reads held 50 MiB until its connection went idle (20 such
+connections: 2 GiB). Such a fetch takes its bytes with ``acquire_up_to`` before it reads: as many
 as are free up to what it may answer, after waiting in turn for ``least`` of them when fewer are
 free, and reads no more than it got (a fetch may always answer less than it asked for). The bytes
 go back once the answer is written to the socket (the connection holds them until then). The

@@ -125,7 +125,7 @@ class OffsetsStore:
             tp = lg.topic_partition
             offset = lg.log_start_offset
             while offset < lg.log_end_offset:
-                data = self.sidecar.manager.read(tp, offset, READ_CHUNK_BYTES).records
+                data = self.sidecar.manager.read(tp, offset, READ_CHUNK_BYTES).read_bytes
                 if not data:
                     break
                 for batch in iter_batches(np.frombuffer(data, dtype=np.uint8)):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import struct
 
+from ..log.file_records import RecordsSlice
+
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -146,10 +148,14 @@ class Reader:
 
 
 class Writer:
-    __slots__ = ("buf",)
+    """Encodes into ``buf``. A RecordsSlice written as bytes is not copied: its length is written
+    and ``holes`` notes where its bytes go (framing.SplicedFrame), to be sent from its file."""
+
+    __slots__ = ("buf", "holes")
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.holes: list[tuple[int, RecordsSlice]] = []
 
     def int8(self, v: int) -> None:
         self.buf += _I8.pack(v)
@@ -204,19 +210,26 @@ class Writer:
         self.uvarint(len(data) + 1)
         self.buf += data
 
-    def bytes_(self, v: bytes | bytearray | memoryview | None) -> None:
+    def bytes_(self, v: bytes | bytearray | memoryview | RecordsSlice | None) -> None:
         if v is None:
             self.int32(-1)
             return
         self.int32(len(v))
-        self.buf += v
+        self._body(v)
 
-    def compact_bytes(self, v: bytes | bytearray | memoryview | None) -> None:
+    def compact_bytes(self, v: bytes | bytearray | memoryview | RecordsSlice | None) -> None:
         if v is None:
             self.uvarint(0)
             return
         self.uvarint(len(v) + 1)
-        self.buf += v
+        self._body(v)
+
+    def _body(self, v: bytes | bytearray | memoryview | RecordsSlice) -> None:
+        if isinstance(v, RecordsSlice):
+            if v.size:
+                self.holes.append((len(self.buf), v))
+        else:
+            self.buf += v
 
     def array_length(self, n: int | None, compact: bool) -> None:
         if compact:

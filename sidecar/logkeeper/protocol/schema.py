@@ -327,6 +327,8 @@ def _struct_encoder(fields: tuple[Field, ...], v: int, flex: bool, where: str) -
             for tag, enc, v_ in present:
                 sub = Writer()
                 enc(sub, v_)
+                if sub.holes:
+                    raise ValueError(f"{where}: records in a tagged field cannot be sent from their file")
                 w.uvarint(tag)
                 w.uvarint(len(sub.buf))
                 w.raw(sub.buf)

@@ -150,10 +150,10 @@ SIDECAR_SETTINGS = SettingGroup("sidecar", (
             "its frame fits (Kafka's queued.max.request.bytes, bounded here). At least "
             "kafka.socket.request.max.bytes.", at_least(1024), "bytes"),
     Setting("kafka.queued.max.response.bytes", int, 100 * MIB,
-            "Bytes of fetch answers' records held at once over all connections, from their read until the "
-            "answer is written to the socket; a fetch takes what is free, up to what it may answer, and waits "
-            "for 1 MiB when less is free (Kafka sends fetches from the page cache, holding no memory; a client "
-            "that does not read its answers holds them).", at_least(MIB), "bytes"),
+            "Bytes of TLS fetch answers' records held at once over all connections, from their read until "
+            "the answer is written to the socket; a fetch takes what is free, up to what it may answer, and "
+            "waits for 1 MiB when less is free. Plaintext answers are sent from the page cache (sendfile, as "
+            "Kafka sends them) and hold none of it.", at_least(MIB), "bytes"),
     Setting("kafka.max.connections", int, 128,
             "Kafka connections open at once; one more is closed as soon as it is accepted (Kafka's "
             "max.connections; bounded here: a sidecar serves its own pod).", at_least(1)),

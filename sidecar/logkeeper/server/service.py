@@ -385,7 +385,7 @@ class Sidecar:
     def fetch(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult:
         manager = self.manager
         lg = self.partition_log(tp)
-        data = manager.read(tp, offset, max_bytes).records
+        data = manager.read(tp, offset, max_bytes).read_bytes
         next_offset = offset
         if data:
             table = scan_batches(np.frombuffer(data, dtype=np.uint8), 0, None)
