@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import threading
@@ -21,6 +22,7 @@ import threading
 PAGE = mmap.PAGESIZE
 _SYS_CACHESTAT = 451  # the same number on every architecture (the generic syscall table, 6.5+)
 _WARM_CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class _Range(ctypes.Structure):
@@ -57,8 +59,11 @@ def cached(fd: int, position: int, size: int) -> bool:
     rng, stat = _Range(position, size), _Stat()
     if _CALL(ctypes.c_long(_SYS_CACHESTAT), ctypes.c_int(fd), ctypes.byref(rng), ctypes.byref(stat),
              ctypes.c_uint(0)) != 0:
-        if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):  # EPERM (a seccomp filter): not on this node, ever
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter. Not on this node, ever
             _supported = False
+            log.info("the page cache cannot be queried here (cachestat: %s): every fetch of records goes to a "
+                     "thread, which reads them into the page cache before they are sent", os.strerror(err))
         return False
     pages = (position + size + PAGE - 1) // PAGE - position // PAGE
     return bool(stat.nr_cache >= pages)
