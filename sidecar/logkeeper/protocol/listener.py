@@ -123,7 +123,8 @@ class KafkaListener:
         self.addresses: list[tuple[str, int]] = []
         self.connections: set[KafkaConnection] = set()
         self.memory = MemoryPool(settings.kafka_queued_max_request_bytes)
-        self.responses = MemoryPool(settings.kafka_queued_max_response_bytes)  # fetch answers' records
+        # TLS fetch answers' records (plaintext ones are sent from their files: handlers_data.py)
+        self.responses = MemoryPool(settings.kafka_queued_max_response_bytes)
         self.frames = FrameCache()  # the buffers of the frames the pool's bytes are claimed for
         self.users: UsersFile | None = None
         self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures

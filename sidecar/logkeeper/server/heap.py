@@ -1,6 +1,7 @@
 """How the sidecar process asks glibc's allocator to keep its large buffers.
 
-A fetch answers up to a MiB a partition: the records are read into a buffer of that size and
+A fetch answers up to a MiB a partition. Over TLS (plaintext answers are sent from the page
+cache, never read: protocol/handlers_data.py) the records are read into a buffer of that size and
 encoded into the response frame, two allocations of about a MiB each, freed once it is sent. With
 glibc's defaults each one is fresh memory from the kernel: an allocation from 128 KiB up is an
 mmap of its own (the threshold grows only after such a block is freed) and the top of the heap
