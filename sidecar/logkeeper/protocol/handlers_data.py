@@ -18,8 +18,9 @@ clients take as "no session"); per partition up to ``partition_max_bytes`` and u
 at least one batch for the first partition with data (as Kafka). As Kafka's, a partition's
 records are a slice of its segment: the first batch whole, then up to the limit, so the last
 batch may be partial (clients drop it and fetch it again): no batch header past the first is
-read. A fetch that can answer at most INLINE_FETCH_BYTES is read on the event loop when its
-bytes are in the page cache (RWF_NOWAIT), else on a thread, as any larger one. The high
+read. A fetch read into memory (over TLS, below) that can answer at most INLINE_FETCH_BYTES is
+read on the event loop when its bytes are in the page cache (RWF_NOWAIT), else on a thread, as
+any larger one. The high
 watermark is the log end offset (one replica). ``read_committed`` reads below the last stable
 offset and lists the aborted transactions from the transaction indexes. With less than
 ``min_bytes`` the request waits up to ``max_wait_ms`` for an append to one of its partitions;
