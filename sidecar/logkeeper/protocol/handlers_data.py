@@ -236,15 +236,21 @@ def _read_inline(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str
         return None
 
 
+async def _read(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
+                committed: bool, inline: bool, zero_copy: bool) -> tuple[list[dict[str, Any]], int]:
+    """``_read_all`` on the event loop from the page cache when ``inline``, else (or when that
+    would wait for the disk) on a thread."""
+    read = _read_inline(ctx, wanted, max_bytes, zero_copy) if inline else None
+    return read if read is not None else await ctx.run(_read_all, ctx, wanted, max_bytes, committed, False, zero_copy)
+
+
 async def _read_granted(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int,
                         committed: bool, inline: bool, zero_copy: bool) -> tuple[list[dict[str, Any]], int, int]:
     """One read of the fetch's partitions within the bytes the response pool grants it: (entries,
     records bytes, bytes granted). What is granted is taken from the pool; the caller gives it
     back or hands it to the connection. A zero-copy read holds no memory: nothing is granted."""
     if zero_copy:
-        read = _read_inline(ctx, wanted, max_bytes, True) if inline else None
-        results, total = read if read is not None else \
-            await ctx.run(_read_all, ctx, wanted, max_bytes, committed, False, True)
+        results, total = await _read(ctx, wanted, max_bytes, committed, inline, True)
         return results, total, 0
     pool = ctx.responses
     bound = _answer_bound(wanted, max_bytes)
@@ -252,8 +258,7 @@ async def _read_granted(ctx: BrokerContext, wanted: list[tuple[TopicPartition, d
     granted = pool.try_acquire_up_to(bound, least) or await pool.acquire_up_to(bound, least)
     try:
         limit = min(max_bytes, granted)
-        read = _read_inline(ctx, wanted, limit, False) if inline else None
-        results, total = read if read is not None else await ctx.run(_read_all, ctx, wanted, limit, committed)
+        results, total = await _read(ctx, wanted, limit, committed, inline, False)
     except BaseException:
         pool.release(granted)
         raise
