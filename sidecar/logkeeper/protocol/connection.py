@@ -35,8 +35,8 @@ handshake gets ``TLS_HANDSHAKE_TIMEOUT_S``.
 
 SASL (SASL_PLAINTEXT, SASL_SSL): until authenticated, only ApiVersions, SaslHandshake (v1) and
 SaslAuthenticate are served, anything else closes the connection (Kafka does the same); the
-exchange must end within ``AUTH_TIMEOUT_S`` of the connection. A failed authentication is
-answered SASL_AUTHENTICATION_FAILED after ``FAILED_AUTH_DELAY_S`` (Kafka's
+exchange (sasl_exchange.py) must end within ``AUTH_TIMEOUT_S`` of the connection. A failed
+authentication is answered SASL_AUTHENTICATION_FAILED after a delay (Kafka's
 connection.failed.authentication.delay.ms) and the connection is closed. Sessions do not expire
 (session_lifetime_ms 0: no re-authentication). Tokens and passwords are never logged.
 
@@ -54,17 +54,17 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any, Protocol, cast
 
 from ..server.config import SidecarSettings
-from . import error_codes as ec
 from . import messages as m
-from .context import BrokerContext
-from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, SplicedFrame, parse_request_header, peek_header, response_frame
+from .context import BrokerContext, CloseConnection
+from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, SplicedFrame, peek_header
 from .memory_pool import FrameCache, MemoryPool
 from .primitives import MalformedError
-from .sasl import Mechanism, SaslFailure, UsersFile, server_for
+from .sasl import UsersFile
+from .sasl_exchange import SaslState, sasl_step
 from .tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
 AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (100)
 SPILL_CHUNK = 4 * 1024
 TLS_WRITE_CHUNK = 256 * 1024  # an answer is written over TLS this much at a time (_write_tls)
 SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
@@ -86,15 +85,6 @@ SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is b
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
 
 
-class CloseConnection(Exception):
-    """Close this connection (after writing ``response`` when given); the message is logged."""
-
-    def __init__(self, why: str, response: bytes | bytearray | None = None, level: int = logging.WARNING) -> None:
-        super().__init__(why)
-        self.response = response
-        self.level = level
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """What one kafka.listen address serves: its security protocol, TLS context and advertised address."""
@@ -106,15 +96,6 @@ class Endpoint:
     @property
     def sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
-
-
-@dataclass
-class SaslState:
-    mechanisms: list[str]
-    mechanism: Mechanism | None = None
-    authenticated: bool = False
-    principal: str | None = None
-    started: float = field(default_factory=time.monotonic)
 
 
 Answer = bytes | bytearray | SplicedFrame
@@ -473,51 +454,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if sasl is not None and not sasl.authenticated:
             key = peek_header(frame)[0]
             if key in SASL_KEYS:
-                return await self._sasl_step(frame, sasl)
+                return await sasl_step(frame, sasl, self.listener, self.peer_host)
             if key != m.API_VERSIONS:
                 raise CloseConnection(f"{m.APIS[key].name if key in m.APIS else f'API {key}'} request before "
                                       f"SASL authentication")
         return await self.listener.handle_frame(self, frame)
-
-    # ------------------------------------------------------------------ SASL
-    async def _sasl_step(self, frame: memoryview, sasl: SaslState) -> bytearray:
-        header, spec, reader = parse_request_header(frame)
-        request = spec.request.decode(reader, header.api_version)
-        version, correlation_id = header.api_version, header.correlation_id
-
-        def answer(body: dict[str, Any]) -> bytearray:
-            return response_frame(correlation_id, spec.response_header_version(version), spec.response, body, version)
-
-        if header.api_key == m.SASL_HANDSHAKE:
-            mechanisms = list(sasl.mechanisms)
-            if sasl.mechanism is not None:
-                raise CloseConnection("a second SaslHandshake")
-            if version < 1:  # v0's unframed tokens are not served; v1 is what clients send
-                raise CloseConnection("SaslHandshake v0 is not supported", answer(
-                    {"error_code": ec.UNSUPPORTED_VERSION, "mechanisms": mechanisms}))
-            name = request["mechanism"]
-            if name not in mechanisms:
-                raise CloseConnection(f"SASL mechanism {name!r} is not enabled", answer(
-                    {"error_code": ec.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}))
-            sasl.mechanism = server_for(name, self.listener.users_or_fail())
-            return answer({"error_code": ec.NONE, "mechanisms": mechanisms})
-        mech = sasl.mechanism
-        if mech is None:
-            raise CloseConnection("SaslAuthenticate before SaslHandshake")
-        token = request["auth_bytes"] or b""
-        ctx = self.listener.ctx
-        try:
-            reply = await ctx.run(mech.step, token) if ctx is not None else mech.step(token)
-        except SaslFailure as e:
-            self.listener.stats["auth_failures"] += 1
-            await asyncio.sleep(FAILED_AUTH_DELAY_S)
-            raise CloseConnection(f"SASL authentication failed: {e}", answer(
-                {"error_code": ec.SASL_AUTHENTICATION_FAILED, "error_message": str(e), "auth_bytes": b"",
-                 "session_lifetime_ms": 0})) from None
-        if mech.done:
-            sasl.authenticated, sasl.principal = True, mech.principal
-            log.info("kafka: %s authenticated as %s", self.peer_host, mech.principal)
-        return answer({"error_code": ec.NONE, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0})
 
     def is_idle(self, now: float, idle_s: float) -> str | None:
         """Why the sweeper should close this connection now, or None."""

@@ -1,9 +1,11 @@
 """What request handlers share: the Sidecar, the I/O thread pool, the node's identity and
-addresses, the group coordinator, and the append notifier that wakes long-polling fetches."""
+addresses, the group coordinator, and the append notifier that wakes long-polling fetches; and
+CloseConnection, how the listener, a connection and its SASL exchange end a connection."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -15,6 +17,15 @@ from ..server.service import Sidecar
 from .memory_pool import MemoryPool
 
 T = TypeVar("T")
+
+
+class CloseConnection(Exception):
+    """Close this connection (after writing ``response`` when given); the message is logged."""
+
+    def __init__(self, why: str, response: bytes | bytearray | None = None, level: int = logging.WARNING) -> None:
+        super().__init__(why)
+        self.response = response
+        self.level = level
 
 
 def _hold_nothing(_size: int) -> None:

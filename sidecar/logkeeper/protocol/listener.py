@@ -49,8 +49,8 @@ from ..server.config import SidecarSettings, is_loopback_host, parse_listen_addr
 from ..server.service import Sidecar
 from . import handlers_admin, handlers_data, handlers_group, handlers_meta, handlers_sasl
 from . import messages as m
-from .connection import Answer, CloseConnection, Endpoint, KafkaConnection
-from .context import AppendNotifier, BrokerContext, Connection
+from .connection import Answer, Endpoint, KafkaConnection
+from .context import AppendNotifier, BrokerContext, CloseConnection, Connection
 from .framing import answer_frame, parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
 from .memory_pool import FrameCache, MemoryPool
