@@ -28,7 +28,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from logkeeper.server.config import env_name, parse_listen_address
+from logkeeper.server.config import env_name, is_loopback_host, parse_listen_address
 
 from . import spark_on_k8s
 from .jobspec import CompactionJobSpec
@@ -108,22 +108,35 @@ def configmap(lv: str, namespace: str, owner: Obj, config_text: str) -> Obj:
 
 
 def service(lv: str, namespace: str, owner: Obj, spec: LogVolumeSpec) -> Obj:
+    """The headless Service: its name resolves to the ready pod's address; it lists the HTTP port
+    and the Kafka listeners other pods can reach (``kubectl port-forward svc/NAME 9092``, DNS SRV
+    records), by number: the container declares only its HTTP port, and declaring more would roll
+    every existing pod when the operator is upgraded."""
+    ports = [{"name": "http", "port": spec.sidecar.port, "targetPort": "http", "protocol": "TCP"}]
+    ports += [{"name": f"kafka-{port}", "port": port, "targetPort": port, "protocol": "TCP"}
+              for port in kafka_ports(spec, reachable_only=True) if port != spec.sidecar.port]
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(service_name(lv), namespace, lv, "sidecar", owner),
             "spec": {"clusterIP": "None", "selector": selector(lv), "publishNotReadyAddresses": False,
-                     "ports": [{"name": "http", "port": spec.sidecar.port, "targetPort": "http",
-                                "protocol": "TCP"}]}}
+                     "ports": ports}}
+
+
+def kafka_ports(spec: LogVolumeSpec, *, reachable_only: bool = False) -> list[int]:
+    """The fixed ports of the sidecar's Kafka listeners (kafka.listen ``[PROTOCOL://]host:port``;
+    port 0 is any free one). ``reachable_only``: without those bound to a loopback address,
+    which only the pod's own containers reach."""
+    ports = set()
+    for address in spec.sidecar.settings.get("kafka.listen") or []:
+        text = str(address)
+        host, port = parse_listen_address(text.partition("://")[2] or text)
+        if port and not (reachable_only and is_loopback_host(host)):
+            ports.add(port)
+    return sorted(ports)
 
 
 def sidecar_ports(spec: LogVolumeSpec) -> list[int]:
     """The ports the sidecar listens on in the pod: its HTTP port and its Kafka listeners'."""
-    ports = {spec.sidecar.port}
-    for address in spec.sidecar.settings.get("kafka.listen") or []:
-        text = str(address)
-        port = parse_listen_address(text.partition("://")[2] or text)[1]  # [PROTOCOL://]host:port
-        if port:
-            ports.add(port)
-    return sorted(ports)
+    return sorted({spec.sidecar.port, *kafka_ports(spec)})
 
 
 def _other_ports(guarded: list[int]) -> list[Obj]:

@@ -75,6 +75,18 @@ def test_children_carry_owner_and_labels() -> None:
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["port"] == 9000
 
 
+def test_service_lists_the_kafka_listeners_other_pods_reach() -> None:
+    spec = lv(sidecar={"port": 9000, "settings": {"kafka.listen": [
+        "PLAINTEXT://[$(POD_IP)]:9093", "PLAINTEXT://0.0.0.0:9092", "127.0.0.1:9094", "PLAINTEXT://[::1]:9095",
+        "PLAINTEXT://0.0.0.0:0", "PLAINTEXT://127.0.0.1:9093"]}})
+    ports = builders.service("orders", "ns", OWNER, spec)["spec"]["ports"]
+    assert ports == [{"name": "http", "port": 9000, "targetPort": "http", "protocol": "TCP"},
+                     {"name": "kafka-9092", "port": 9092, "targetPort": 9092, "protocol": "TCP"},
+                     {"name": "kafka-9093", "port": 9093, "targetPort": 9093, "protocol": "TCP"}]
+    assert builders.sidecar_ports(spec) == [9000, 9092, 9093, 9094, 9095]  # loopback ones guarded too
+    assert [p["name"] for p in builders.service("orders", "ns", OWNER, lv())["spec"]["ports"]] == ["http"]
+
+
 def test_network_policy_admits_the_operator_and_labelled_clients_to_the_sidecar_only() -> None:
     spec = lv(sidecar={"port": 9000, "settings": {"kafka.listen": ["PLAINTEXT://0.0.0.0:9092", "127.0.0.1:0"]}})
     np = builders.network_policy("orders", "ns", OWNER, spec, "logkeeper-system")
