@@ -44,6 +44,7 @@ from aiohttp import web
 from .errors import InvalidConfigError
 from .log_dir_rule import NotALogDirError, check_sidecar_log_dir, prepare_sidecar_log_dir
 from .protocol.listener import KafkaListener
+from .protocol.listener_metrics import ListenerCollector
 from .server.auth import TokenFile
 from .server.config import SidecarConfig, load_config
 from .server.heap import keep_large_buffers
@@ -103,11 +104,14 @@ async def serve(config: SidecarConfig, token: TokenFile, out: TextIO) -> int:
     drain_s = settings.shutdown_timeout_ms / 4000.0
     # keepalive_timeout: aiohttp closes a connection that has no request in progress after it,
     # including one still sending its request line and headers (http_limits.py)
-    runner = web.AppRunner(build_app(Api(sidecar, settings, token, pool)), access_log=None, handle_signals=False,
+    api = Api(sidecar, settings, token, pool)
+    runner = web.AppRunner(build_app(api), access_log=None, handle_signals=False,
                            shutdown_timeout=drain_s, keepalive_timeout=settings.http_connections_max_idle_ms / 1000.0,
                            read_bufsize=READ_BUFSIZE)
     await runner.setup()
     kafka = KafkaListener(sidecar, settings, pool) if settings.kafka_listen else None
+    if kafka is not None:
+        api.metrics.registry.register(ListenerCollector(kafka))
     try:
         for host, port in settings.listen_addresses:
             # a bound per address: a flood of the pod-network address leaves the loopback one

@@ -52,9 +52,13 @@ def ready_operator_pods(kubectl: Kubectl, n: int) -> list[dict[str, Any]] | None
     return ready if len(pods) == n and len(ready) == n else None
 
 
-def metrics(ip: str, port: int = METRICS_PORT, path: str = "/metrics") -> list[tuple[str, dict[str, str], float]]:
-    """The samples of http://IP:PORT/PATH (Prometheus text) as (name, labels, value)."""
-    with urllib.request.urlopen(f"http://{on_bridge(ip)}:{port}{path}", timeout=5) as r:
+def metrics(ip: str, port: int = METRICS_PORT, path: str = "/metrics",
+            token: str | None = None) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of http://IP:PORT/PATH (Prometheus text) as (name, labels, value); ``token``:
+    the bearer token it asks for (the sidecar's)."""
+    req = urllib.request.Request(f"http://{on_bridge(ip)}:{port}{path}",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(req, timeout=5) as r:
         text = r.read().decode()
     out = []
     for line in text.splitlines():

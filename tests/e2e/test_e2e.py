@@ -23,8 +23,10 @@ import yaml
 
 from .compaction_jobs import HANDOFF_CLEANER, attempt_seconds, backlog, compaction_jobs, finished
 from .conftest import NAMESPACE, OPERATOR_VALUES, RELEASE_NAMESPACE, REPO
+from .kafka_clients import produce as kafka_produce
+from .kafka_clients import read_partition as kafka_read
 from .kube import Helm, Kubectl, condition, container_ready, local_pv, mark, printed_columns, wait_for
-from .pods import on_bridge, through_service
+from .pods import SIDECAR_PORT, metrics, on_bridge, sample, through_service
 from .realnode import NODE_NAME, RealNode
 
 CHART = REPO / "charts" / "logkeeper"
@@ -54,6 +56,9 @@ spec:
     log.retention.check.interval.ms: 1000
     log.initial.task.delay.ms: 0
   cleanerPolicyRef: {{name: fast}}
+  sidecar:
+    settings:
+      kafka.listen: ["PLAINTEXT://[$(POD_IP)]:9092"]
   spark:
     timeoutSeconds: 600
     maxAttempts: 2
@@ -213,12 +218,41 @@ def test_06_records_through_the_service_and_cleaning_state(kubectl: Kubectl, nod
     table = kubectl("get", "logvolumes", "-n", NAMESPACE).stdout
     columns = printed_columns(table)
     assert list(columns)[:6] == ["NAME", "READY", "CLEANING", "PARTITIONS", "MAX-DIRTY", "BACKLOGS"], table
-    assert (columns["NAME"], columns["READY"], columns["PARTITIONS"]) == (LV, "True", "3"), table
+    # the topics' 3 and the Kafka listener's __consumer_offsets (its group coordinator's)
+    assert (columns["NAME"], columns["READY"], columns["PARTITIONS"]) == (LV, "True", "4"), table
     assert columns["CLEANING"].startswith(("idle", "cleaning")), table  # e.g. "cleaning 1/1"
     wide = kubectl("get", "lkv", "-n", NAMESPACE, "-o", "wide").stdout
     assert "OFFLINE" in wide and "UNCLEANABLE" in wide, wide
     print("\n" + table)
     mark("kubectl get logvolumes shows the cleaning state")
+
+
+def test_06b_kafka_clients_produce_and_fetch_in_the_pod(kubectl: Kubectl) -> None:
+    """A stock Kafka client (librdkafka) produces to and fetches from the listener in the pod:
+    the fetch answers leave through sendfile from the segments on the PV, and the page-cache
+    query that decides where a fetch is answered (cachestat) runs under the pod's RuntimeDefault
+    seccomp profile. What it writes joins WRITTEN, so the later steps (the roll, the compaction
+    jobs, the kill, the deletion) check it too."""
+    ports = kubectl.json("get", "service", LV, "-n", NAMESPACE)["spec"]["ports"]
+    assert {"name": "kafka-9092", "port": 9092, "targetPort": 9092, "protocol": "TCP"} in ports, ports
+    ip = on_bridge(pod(kubectl)["status"]["podIP"])
+    bootstrap = f"{ip}:9092"
+    records = [(f"k{i}", f"kafka-{i}-" + secrets.token_hex(8)) for i in range(150, 450)]
+    kafka_produce(bootstrap, "accounts", 0, records)
+    WRITTEN["accounts"].update(records)
+    read, committed = kafka_read(bootstrap, "accounts", 0, group="e2e-reader")
+    assert dict(read) == WRITTEN["accounts"], "the Kafka client read other values than were written"
+    assert latest_by_key(through_service(kubectl, LV).read_all("accounts", 0)) == WRITTEN["accounts"]
+    figures = metrics(ip, SIDECAR_PORT, token=through_service(kubectl, LV).token)
+    assert sample(figures, "logkeeper_kafka_page_cache_queryable") == 1.0, \
+        "cachestat refused in the pod: every fetch goes to a thread"
+    out = sample(figures, "logkeeper_kafka_record_bytes_out_total", topic="accounts")
+    fetches = sample(figures, "logkeeper_kafka_request_duration_seconds_count", api="Fetch")
+    reads = {on: sample(figures, "logkeeper_kafka_fetch_reads_total", on=on) for on in ("loop", "thread")}
+    assert out and fetches and sum(v or 0 for v in reads.values()) >= 1, (out, fetches, reads)
+    mark(f"Kafka client produced {len(records)} records and fetched {len(read)} back from {bootstrap} "
+         f"(group offset {committed} committed; {out:.0f} record bytes out in {fetches:.0f} fetches, "
+         f"reads {reads})")
 
 
 def test_07_topic_change_is_live_and_cleaner_change_rolls(kubectl: Kubectl) -> None:

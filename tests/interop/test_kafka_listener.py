@@ -18,13 +18,15 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
+from logkeeper.log import page_cache
 from logkeeper.log.file_records import FileRecords
 from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
 from logkeeper.tools.verify import verify_path
-from tests.kafka_wire import WireClient, produce_batches, request_frame
+from tests.kafka_wire import WireClient, fetch_frame, fetched_records, produce_batches, request_frame
 
 REPO = Path(__file__).resolve().parents[2]
 SIDECAR_KEYS = {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}
@@ -37,7 +39,8 @@ def config(root: Path) -> dict[str, Any]:
             "node": {"log.dirs": [str(root / "d0")], "log.initial.task.delay.ms": 200},
             "cleaner": {"log.cleaner.backoff.ms": 100},
             "topics": {"kcat": {"partitions": 1}, "ck": {"partitions": 2}, "kp": {"partitions": 2},
-                       "wire": {"partitions": 1}, "slices": {"partitions": 1}}}
+                       "wire": {"partitions": 1}, "slices": {"partitions": 1},
+                       "metered": {"partitions": 1}}}
 
 
 @pytest.fixture(scope="module")
@@ -321,6 +324,51 @@ def test_clients_cannot_produce_to_internal_topics_while_the_coordinator_still_w
 
 
 # ------------------------------------------------------------------------ raw protocol
+def scrape(sidecar: SidecarProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, _headers, body = sidecar.client.request("GET", "/metrics")
+    assert status == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+
+
+def test_metrics_count_the_listeners_requests_bytes_and_connections(sidecar: SidecarProcess, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    batches = [build_batch([Record(i, now, f"m{b}-{i}".encode(), b"v" * 100) for i in range(20)])
+               for b in range(5)]
+    before = scrape(sidecar)
+    produce_batches(sidecar.kafka_bootstrap, "metered", batches)
+    wire = WireClient(sidecar.kafka_bootstrap)
+    try:
+        wire.send_raw(fetch_frame("metered", 1 << 20))
+        frame = wire.read_frame()
+        assert frame is not None and len(fetched_records(frame)) == sum(len(b) for b in batches)  # offsets assigned
+        after = scrape(sidecar)
+        assert after[("logkeeper_kafka_connections", ())] >= 1  # this one, still open
+    finally:
+        wire.close()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after[key] - before.get(key, 0.0)
+
+    appended = sum(len(b) for b in batches)
+    assert grew("logkeeper_kafka_record_bytes_in_total", topic="metered") == appended
+    assert grew("logkeeper_kafka_record_bytes_out_total", topic="metered") == appended
+    assert grew("logkeeper_kafka_request_duration_seconds_count", api="Produce") >= len(batches)
+    assert grew("logkeeper_kafka_request_duration_seconds_count", api="Fetch") >= 1
+    assert grew("logkeeper_kafka_fetch_reads_total", on="loop") + grew("logkeeper_kafka_fetch_reads_total",
+                                                                        on="thread") >= 1
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"x" * 4096)
+    with probe.open("rb") as f:
+        page_cache.cached(f.fileno(), 0, 4096)  # asks this kernel, as the sidecar's first fetch did
+    assert after[("logkeeper_kafka_page_cache_queryable", ())] == (1.0 if page_cache.queryable() else 0.0)
+    assert after[("logkeeper_kafka_pool_bytes", (("pool", "requests"), ("state", "capacity")))] == 100 * 1024 * 1024
+    for event in ("connections_refused", "connections_idle_closed", "requests_oversized", "request_pool_waits",
+                  "authentication_failures"):
+        assert (f"logkeeper_kafka_{event}_total", ()) in after, event
+
+
 def test_api_versions_and_unsupported_versions(sidecar: SidecarProcess) -> None:
     wire = WireClient(sidecar.kafka_bootstrap)
     got = wire.call(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})

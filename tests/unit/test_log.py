@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from logkeeper.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from logkeeper.log.file_records import WouldBlock
 from logkeeper.log.log import Log
 from logkeeper.records.batch import TimestampType, crc32c
 from logkeeper.records.builder import ControlType, Record, build_batch, build_marker_batch
@@ -198,6 +201,29 @@ def test_read_across_segments_and_ranges(tmp_path: Path) -> None:
     assert offsets_of(everything) == list(range(10))  # one segment at a time, as Kafka
     capped = read_records(log.read(0, 1 << 20, max_offset=5).records)
     assert offsets_of(capped) == list(range(5))
+    log.close()
+
+
+def test_a_read_from_the_page_cache_alone_finds_its_bound_there_too(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read_committed fetch on the Kafka listener's event loop (``cached_only``) also searches
+    the position of its bound (the last stable offset) from the page cache only: a search that
+    would wait for the disk is WouldBlock, so the fetch goes to a thread, never stalls the loop."""
+    log, one = log_of_batches(tmp_path, 6, 6, props={"index.interval.bytes": 1})  # every batch indexed
+    bound_at = 3 * len(one)  # where the search for offset 20 starts: offset 19's index entry, the 4th batch
+    assert offsets_of(read_records(log.read(0, 1 << 20, max_offset=20, cached_only=True).records)) == \
+        list(range(20))
+    real = os.preadv
+
+    def cold_from_bound(fd: int, buffers: list[bytearray], offset: int, flags: int = 0) -> int:
+        if flags & os.RWF_NOWAIT and offset >= bound_at:
+            raise BlockingIOError(errno.EAGAIN, "not cached")
+        return real(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "preadv", cold_from_bound)
+    with pytest.raises(WouldBlock):
+        log.read(0, 1 << 20, max_offset=20, cached_only=True)
+    assert offsets_of(read_records(log.read(0, 1 << 20, max_offset=20).records)) == list(range(20))
     log.close()
 
 

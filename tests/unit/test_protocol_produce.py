@@ -10,6 +10,7 @@ import pytest
 
 from logkeeper.log.names import TopicPartition
 from logkeeper.protocol import handlers_data
+from logkeeper.protocol.listener_metrics import ListenerFigures
 from logkeeper.records.batch_format import ATTRIBUTES_OFFSET
 from logkeeper.records.compression import Codec
 from logkeeper.server.service import ProduceResult
@@ -34,6 +35,7 @@ class FakeSidecar:
 class FakeContext:
     def __init__(self, sidecar: FakeSidecar) -> None:
         self.sidecar = sidecar
+        self.figures = ListenerFigures()
 
     async def run(self, fn: Any, *args: Any) -> Any:
         self.sidecar.calls.append("run")
@@ -62,7 +64,9 @@ SMALL_COMPRESSED = handlers_data.INLINE_COMPRESSED_BYTES
 def test_where_a_produce_is_appended(quick: bool, partitions: int, size: int, codec: Codec,
                                      calls: list[str]) -> None:
     sidecar = FakeSidecar(quick)
-    answer = asyncio.run(handlers_data.produce(FakeContext(sidecar), None, request(partitions, size, codec), 9))  # type: ignore[arg-type]
+    ctx = FakeContext(sidecar)
+    answer = asyncio.run(handlers_data.produce(ctx, None, request(partitions, size, codec), 9))  # type: ignore[arg-type]
     assert sidecar.calls == calls
+    assert ctx.figures.bytes_in == {"t": partitions * size}  # /metrics' record bytes in, wherever appended
     parts = answer["responses"][0]["partition_responses"]  # type: ignore[index]
     assert [(p["index"], p["error_code"], p["base_offset"]) for p in parts] == [(p, 0, 5) for p in range(partitions)]

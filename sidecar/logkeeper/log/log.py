@@ -375,7 +375,7 @@ class Log:
             if max_offset is not None:
                 if max_offset <= start_offset:
                     return FetchData(0, b"", start_offset)
-                stop = segment.translate_offset(max_offset)
+                stop = segment.translate_offset(max_offset, cached_only=cached_only)
                 max_position = stop.position if stop is not None else None
             data = segment.read(start_offset, max_bytes, max_position, min_one_batch,
                                 whole_batches=whole_batches, cached_only=cached_only, zero_copy=zero_copy)

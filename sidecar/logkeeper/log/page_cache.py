@@ -48,6 +48,11 @@ _supported = _CALL is not None and os.uname().sysname == "Linux"
 _local = threading.local()
 
 
+def queryable() -> bool:
+    """Whether ``cached`` can still answer True (False once the kernel refused the query)."""
+    return _supported
+
+
 def cached(fd: int, position: int, size: int) -> bool:
     """True when every page of ``[position, position + size)`` of ``fd`` is in the page cache;
     False when one is not, or when this kernel cannot tell."""

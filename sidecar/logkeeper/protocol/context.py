@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from ..log.names import TopicPartition
 from ..server.config import SidecarSettings
 from ..server.service import Sidecar
+from .listener_metrics import ListenerFigures
 from .memory_pool import MemoryPool
 
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class BrokerContext:
     notifier: AppendNotifier
     cluster_id: str
     responses: MemoryPool  # fetch answers' records held at once (kafka.queued.max.response.bytes)
+    figures: ListenerFigures = field(default_factory=ListenerFigures)  # what /metrics shows of the handlers
     coordinator: Any = None  # groups.GroupCoordinator, set once built
     producer_ids: Any = None  # producer_ids.ProducerIdAllocator
     # Why the group coordinator cannot serve, when its offsets partition is offline at start

@@ -140,6 +140,9 @@ async def produce(ctx: BrokerContext, conn: Connection, req: dict[str, Any], ver
         results = [next(in_order) if tp.topic not in INTERNAL_TOPICS else
                    {"index": tp.partition, "error_code": ec.INVALID_TOPIC_EXCEPTION, "base_offset": -1,
                     "error_message": f"Cannot append to internal topic {tp.topic}"} for tp, _ in items]
+        for (tp, data), r in zip(items, results):
+            if r["error_code"] == ec.NONE and data:
+                ctx.figures.appended(tp.topic, len(data))
     if acks == 0:
         if any(r["error_code"] != ec.NONE for r in results):
             raise CloseConnection("an acks-0 produce failed: " + "; ".join(
@@ -180,11 +183,12 @@ def _answer_bound(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes
     return max(1, min(max_bytes, asked))
 
 
-def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, committed: bool,
-                 zero_copy: bool) -> bool:
-    # read_committed also reads transaction indexes (no RWF_NOWAIT there): on a thread. A zero-copy
-    # answer of any size costs the loop index lookups and one page-cache query, not a copy
-    return not committed and (zero_copy or _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES)
+def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes: int, zero_copy: bool) -> bool:
+    # A zero-copy answer of any size costs the loop index lookups and one page-cache query, not a
+    # copy. read_committed (librdkafka's default) adds the search for the last stable offset's
+    # position, from the page cache too, and the aborted transactions, which the segments hold in
+    # memory (txn_index.py reads each file when its segment opens)
+    return zero_copy or _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES
 
 
 def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], budget: int, first: bool,
@@ -228,10 +232,10 @@ def _read_all(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, A
 
 
 def _read_inline(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str, Any]]],
-                 max_bytes: int, zero_copy: bool) -> tuple[list[dict[str, Any]], int] | None:
+                 max_bytes: int, committed: bool, zero_copy: bool) -> tuple[list[dict[str, Any]], int] | None:
     """``_read_all`` from the page cache, on the event loop; None when a read would wait."""
     try:
-        return _read_all(ctx, wanted, max_bytes, False, cached_only=True, zero_copy=zero_copy)
+        return _read_all(ctx, wanted, max_bytes, committed, cached_only=True, zero_copy=zero_copy)
     except WouldBlock:
         return None
 
@@ -240,7 +244,8 @@ async def _read(ctx: BrokerContext, wanted: list[tuple[TopicPartition, dict[str,
                 committed: bool, inline: bool, zero_copy: bool) -> tuple[list[dict[str, Any]], int]:
     """``_read_all`` on the event loop from the page cache when ``inline``, else (or when that
     would wait for the disk) on a thread."""
-    read = _read_inline(ctx, wanted, max_bytes, zero_copy) if inline else None
+    read = _read_inline(ctx, wanted, max_bytes, committed, zero_copy) if inline else None
+    ctx.figures.read(on_loop=read is not None)
     return read if read is not None else await ctx.run(_read_all, ctx, wanted, max_bytes, committed, False, zero_copy)
 
 
@@ -268,6 +273,7 @@ async def _read_granted(ctx: BrokerContext, wanted: list[tuple[TopicPartition, d
 async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], version: int) -> dict[str, Any]:
     wanted = [(TopicPartition(t["topic"], p["partition"]), p) for t in req["topics"] for p in t["partitions"]]
     committed = req["isolation_level"] == 1
+    results: list[dict[str, Any]]
     if version < 4:
         results = [{"partition_index": tp.partition, "error_code": ec.UNSUPPORTED_VERSION, "high_watermark": -1,
                     "records": b""} for tp, _ in wanted]
@@ -276,7 +282,7 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
         fetch_max = ctx.settings.fetch_max_bytes
         max_bytes = max(0, min(req["max_bytes"], fetch_max))
         zero_copy = conn.zero_copy
-        inline = _fits_inline(wanted, max_bytes, committed, zero_copy)
+        inline = _fits_inline(wanted, max_bytes, zero_copy)
         while True:
             results, total, granted = await _read_granted(ctx, wanted, max_bytes, committed, inline, zero_copy)
             left = deadline - time.monotonic()
@@ -297,6 +303,7 @@ async def fetch(ctx: BrokerContext, conn: Connection, req: dict[str, Any], versi
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (tp, _), r in zip(wanted, results):
         by_topic.setdefault(tp.topic, []).append(r)
+        ctx.figures.answered(tp.topic, len(r["records"]))
     return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0,
             "responses": [{"topic": t, "partitions": rs} for t, rs in by_topic.items()]}
 

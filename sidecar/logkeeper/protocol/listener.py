@@ -53,6 +53,7 @@ from .connection import Answer, Endpoint, KafkaConnection
 from .context import AppendNotifier, BrokerContext, CloseConnection, Connection
 from .framing import answer_frame, parse_request_header, peek_header, response_frame
 from .groups import GroupCoordinator
+from .listener_metrics import ListenerFigures
 from .memory_pool import FrameCache, MemoryPool
 from .offsets_store import CommittedOffset, OffsetsStore
 from .sasl import UsersFile
@@ -103,15 +104,17 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     key, version, correlation_id = peek_header(frame)
     if key == m.API_VERSIONS and version > m.APIS[key].schema_max:
         return response_frame(correlation_id, 0, m.API_VERSIONS_RESPONSE, handlers_meta.api_versions_body(35), 0)
+    started = time.perf_counter()
     header, spec, reader = parse_request_header(frame)
     request = spec.request.decode(reader, version)
     if reader.remaining():  # Kafka ignores them too (librdkafka's admin Metadata v12 sends 3 more)
         log.debug("%s v%d: %d bytes after the request ignored", spec.name, version, reader.remaining())
     conn = dataclasses.replace(conn, client_id=header.client_id)
     response = await HANDLERS[key](ctx, conn, request, version)
-    if response is None:
-        return None
-    return answer_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
+    answer = None if response is None else \
+        answer_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
+    ctx.figures.request_done(key, time.perf_counter() - started)
+    return answer
 
 
 class KafkaListener:
@@ -128,6 +131,7 @@ class KafkaListener:
         self.frames = FrameCache()  # the buffers of the frames the pool's bytes are claimed for
         self.users: UsersFile | None = None
         self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures
+        self.figures = ListenerFigures()  # the handlers' counts (listener_metrics.py)
         self.stopping = False
         self.ctx: BrokerContext | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -150,7 +154,7 @@ class KafkaListener:
         sidecar.append_listeners.append(lambda tp: notifier.notify([tp]))
         ctx = BrokerContext(sidecar, self.settings, self.pool, notifier,
                             cluster_id_for(sidecar.config.log_dirs),
-                            self.responses)
+                            self.responses, self.figures)
         store = OffsetsStore(sidecar, self.settings.offsets_topic_num_partitions)
         try:
             offsets = await ctx.run(store.load)
@@ -188,6 +192,10 @@ class KafkaListener:
         return self.addresses
 
     # ------------------------------------------------------------------ connections
+    @property
+    def connection_count(self) -> int:
+        return len(self.connections)
+
     def admit(self, conn: KafkaConnection) -> bool:
         """Count a new connection in, or refuse it (kafka.max.connections, or stopping)."""
         if self.stopping or self.ctx is None:

@@ -31,7 +31,8 @@ logkeeper's own figures are ``logkeeper_*``: readiness, per partition the dirty 
 bytes, uncleanable and backlog flags and the cleaning state (one series per state, value 1),
 per directory the bytes used and usable, the rounds cleaned, and the HTTP requests (count by
 method, route and status; latency histogram by method and route). prometheus-client's process
-collector adds ``process_*`` (resident memory, CPU, open files).
+collector adds ``process_*`` (resident memory, CPU, open files). With a Kafka listener, its own
+collector adds ``logkeeper_kafka_*`` (protocol/listener_metrics.py).
 
 Figures are read at scrape time from the same snapshot as ``/v1/status`` (status.py).
 """
