@@ -12,7 +12,8 @@ server than the throughput does. Prepare A with:
 (the kernels are the tree's own when the commit's kernel sources are the same; else build them
 there: ``PYTHONPATH=/tmp/lk/prev/sidecar python -m logkeeper.aot.build --force``).
 
-Run: ``.venv/bin/python bench/ab_kafka_consume.py /tmp/lk/prev/sidecar [--record-bytes 100] [--runs 6]``
+Run: ``.venv/bin/python bench/ab_kafka_consume.py /tmp/lk/prev/sidecar [--record-bytes 100] [--runs 6]
+[--isolation read_committed]``
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-bytes", type=int, default=100)
     ap.add_argument("--mb", type=int, default=100, help="payload MB written once and read by each run")
     ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--isolation", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                    help="the consumer's isolation.level (read_committed: librdkafka's default)")
     args = ap.parse_args(argv)
     if not (Path(args.baseline) / "logkeeper").is_dir():
         ap.error(f"{args.baseline} holds no logkeeper package")
@@ -52,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides.values():
             create_topic(dist, side.kafka_bootstrap, case.topic)
             produce(dist, side.kafka_bootstrap, case, records)
-            consume(dist, side.kafka_bootstrap, case.topic, records)  # warm-up, not counted
+            consume(dist, side.kafka_bootstrap, case.topic, records, args.isolation)  # warm-up, not counted
         for r in range(args.runs):
             for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
                 side = sides[k]
                 assert side.proc is not None
                 c, cpu = with_server_cpu(side.proc.pid, records * args.record_bytes / 1e6, consume, dist,
-                                         side.kafka_bootstrap, case.topic, records)
+                                         side.kafka_bootstrap, case.topic, records, args.isolation)
                 runs[k].append((c.mb_per_s, c.fetch_mb_per_s, cpu))
                 print(f"run {r} {k}: {c.mb_per_s:.1f} MB/s, fetch {c.fetch_mb_per_s:.1f} MB/s, "
                       f"server CPU {cpu:.2f} ms/MB", flush=True)
@@ -68,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: [statistics.median(run[i] for run in v) for i in range(3)] for k, v in runs.items()}
     for k, name in (("A", f"A ({args.baseline})"), ("B", "B (this tree)")):
         print(f"median {name}: {med[k][0]:.1f} MB/s, fetch {med[k][1]:.1f} MB/s, server CPU {med[k][2]:.2f} ms/MB")
-    print(f"B/A, {args.record_bytes} B records, {args.runs} runs each: {med['B'][0] / med['A'][0]:.2f}x MB/s, "
+    print(f"B/A, {args.record_bytes} B records, {args.isolation}, {args.runs} runs each: "
+          f"{med['B'][0] / med['A'][0]:.2f}x MB/s, "
           f"{med['B'][1] / med['A'][1]:.2f}x fetch MB/s, {med['B'][2] / med['A'][2]:.2f}x server CPU per MB")
     return 0
 

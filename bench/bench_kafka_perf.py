@@ -161,9 +161,15 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -
     return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]))
 
 
-def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int) -> Consumed:
-    out = run_tool(dist, CONSUMER, ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
-                                    "--group", f"perf-{time.monotonic_ns()}", "--timeout", "60000"])
+def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation: str = "read_uncommitted") -> Consumed:
+    """ConsumerPerformance reading ``records`` of ``topic``; ``isolation``: the consumer's
+    isolation.level (read_committed is librdkafka's default, the Java client's is not)."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
+            "--group", f"perf-{time.monotonic_ns()}", "--timeout", "60000"]
+    with tempfile.NamedTemporaryFile("w", suffix=".properties") as conf:
+        conf.write(f"isolation.level={isolation}\n")
+        conf.flush()
+        out = run_tool(dist, CONSUMER, [*args, "--consumer.config", conf.name])
     lines = [line for line in out.splitlines() if line.strip()]
     header = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)
     if header is None or header + 1 >= len(lines):
