@@ -54,6 +54,7 @@ def read_partition(bootstrap: str, topic: str, partition: int, group: str) -> tu
             last = msg.offset()
         consumer.commit(offsets=[ck.TopicPartition(topic, partition, last + 1)], asynchronous=False)
         committed = consumer.committed([ck.TopicPartition(topic, partition)], timeout=TIMEOUT_S)[0].offset
+        assert committed == last + 1, f"committed {last + 1} for group {group}, read back {committed}"
         return out, committed
     finally:
         consumer.close()
