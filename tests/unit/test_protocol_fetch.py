@@ -149,6 +149,23 @@ def test_a_read_committed_fetch_in_the_page_cache_is_answered_on_the_loop(record
     assert ctx.figures.bytes_out == {"t": len(BATCH)}
 
 
+@pytest.mark.parametrize(("segments", "runs"), [(handlers_data.INLINE_ABORTED_SEGMENTS, 0),
+                                               (handlers_data.INLINE_ABORTED_SEGMENTS + 1, 1)])
+def test_a_read_committed_fetch_far_behind_lists_its_aborted_transactions_on_a_thread(
+        records: FileRecords, segments: int, runs: int) -> None:
+    """Listing the aborted transactions costs a pass over every segment up to the last stable
+    offset: a consumer that many segments behind does not stall the event loop for it."""
+    ctx = FakeContext(records)
+    seg = SimpleNamespace(txn_index=SimpleNamespace(collect_aborted=lambda start, upper: []))
+    log = ctx.sidecar.partition_log(None)
+    log.name, log.segments = "t-0", SimpleNamespace(values=lambda start, end: [seg] * segments)
+    req = request(1, max_wait_ms=60_000)
+    req["isolation_level"] = 1
+    answer = asyncio.run(handlers_data.fetch(ctx, CONN, req, 12))  # type: ignore[arg-type]
+    assert answer["responses"][0]["partitions"][0]["aborted_transactions"] == []
+    assert ctx.runs == runs
+
+
 def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:
     empty = FileRecords(tmp_path / "empty.log")  # below min_bytes
     ctx = FakeContext(empty)

@@ -156,9 +156,20 @@ async def produce(ctx: BrokerContext, conn: Connection, req: dict[str, Any], ver
 
 
 # ------------------------------------------------------------------------------------- fetch
-def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
+# A read_committed fetch on the event loop lists the aborted transactions of at most this many
+# segments (its own and those up to the last stable offset, about a microsecond each: in memory);
+# a consumer further behind goes to a thread, as Kafka does this on a request thread
+INLINE_ABORTED_SEGMENTS = 64
+
+
+def _aborted(lg: Log, start: int, upper: int, cached_only: bool = False) -> list[dict[str, Any]]:
+    """The aborted transactions overlapping [start, upper); ``cached_only`` (on the event loop):
+    WouldBlock when that means more than INLINE_ABORTED_SEGMENTS segments' indexes."""
+    segments = lg.segments.values(start, upper)
+    if cached_only and len(segments) > INLINE_ABORTED_SEGMENTS:
+        raise WouldBlock(f"{lg.name}: the aborted transactions of {len(segments)} segments to list")
     out = []
-    for seg in lg.segments.values(start, upper):
+    for seg in segments:
         for t in seg.txn_index.collect_aborted(start, upper):
             out.append({"producer_id": t.producer_id, "first_offset": t.first_offset})
     return out
@@ -187,7 +198,7 @@ def _fits_inline(wanted: list[tuple[TopicPartition, dict[str, Any]]], max_bytes:
     # A zero-copy answer of any size costs the loop index lookups and one page-cache query, not a
     # copy. read_committed (librdkafka's default) adds the search for the last stable offset's
     # position, from the page cache too, and the aborted transactions, which the segments hold in
-    # memory (txn_index.py reads each file when its segment opens)
+    # memory (txn_index.py reads each file when its segment opens), of INLINE_ABORTED_SEGMENTS at most
     return zero_copy or _answer_bound(wanted, max_bytes) <= INLINE_FETCH_BYTES
 
 
@@ -210,7 +221,7 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
         elif not start <= offset <= leo:
             entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
         if committed:
-            entry["aborted_transactions"] = _aborted(lg, offset, lso) if entry["records"] else []
+            entry["aborted_transactions"] = _aborted(lg, offset, lso, cached_only) if entry["records"] else []
     except WouldBlock:
         raise  # the whole fetch goes to a thread
     except Exception as e:
