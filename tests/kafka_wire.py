@@ -9,9 +9,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from logkeeper.protocol.messages import APIS, FETCH, PRODUCE
 from logkeeper.protocol.primitives import Reader, Writer
 from logkeeper.records.builder import Record, build_batch
+from logkeeper.server.process import SidecarProcess
 
 
 def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 1,
@@ -138,3 +141,16 @@ def decode_response(api_key: int, version: int, frame: bytes, correlation_id: in
     if spec.response_header_version(version) >= 1:
         r.skip_tagged_fields()
     return spec.response.decode(r, version)
+
+
+def scrape(sidecar: SidecarProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The sidecar's /metrics: (name, sorted labels) -> value."""
+    status, _headers, body = sidecar.client.request("GET", "/metrics")
+    assert status == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+
+
+def event_count(sidecar: SidecarProcess, event: str) -> float:
+    """One of the Kafka listener's event counters (listener_metrics.EVENTS) on /metrics."""
+    return scrape(sidecar).get((f"logkeeper_kafka_{event}_total", ()), 0.0)

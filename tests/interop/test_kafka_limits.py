@@ -20,7 +20,7 @@ import pytest
 from logkeeper.protocol import messages as m
 from logkeeper.server.process import KAFKA_LISTENING, SidecarProcess
 from tests.interop.test_kafka_security import make_cert
-from tests.kafka_wire import WireClient, fetch_frame, fetched_records, fill_partition, request_frame
+from tests.kafka_wire import WireClient, event_count, fetch_frame, fetched_records, fill_partition, request_frame
 
 KIB, MIB = 1024, 1024 * 1024
 API_VERSIONS_BODY = {"client_software_name": "t", "client_software_version": "1"}
@@ -60,6 +60,7 @@ def answered(wire: WireClient) -> bool:
 
 
 def test_an_idle_connection_is_closed_and_a_busy_one_stays(small: SidecarProcess) -> None:
+    closed_idle = event_count(small, "connections_idle_closed")
     idle = WireClient(small.kafka_bootstrap)
     busy = WireClient(small.kafka_bootstrap)
     assert answered(idle)
@@ -75,6 +76,8 @@ def test_an_idle_connection_is_closed_and_a_busy_one_stays(small: SidecarProcess
     for w in (idle, busy, trickle):
         w.close()
     assert "idle for more than 1500 ms" in small.output()
+    # the idle one and the trickle (the busy one too, once idle while the trickle waits)
+    assert event_count(small, "connections_idle_closed") >= closed_idle + 2
 
 
 def test_a_client_that_does_not_read_its_answers_goes_idle(small: SidecarProcess) -> None:
@@ -121,6 +124,7 @@ def test_a_client_that_does_not_read_its_answers_goes_idle(small: SidecarProcess
 
 def test_one_connection_past_max_connections_is_closed_and_the_slot_comes_back(small: SidecarProcess) -> None:
     time.sleep(0.5)  # connections of the test before are gone
+    refused = event_count(small, "connections_refused")
     held = [WireClient(small.kafka_bootstrap) for _ in range(4)]
     for w in held:
         assert answered(w)
@@ -144,10 +148,12 @@ def test_one_connection_past_max_connections_is_closed_and_the_slot_comes_back(s
         assert answered(w)
         w.close()
     assert "refusing connections" in small.output() and "max.connections is 4" in small.output()
+    assert event_count(small, "connections_refused") >= refused + 1
 
 
 def test_an_oversized_frame_closes_the_connection_without_being_allocated(tight: SidecarProcess) -> None:
     before = tight.rss_bytes()
+    oversized = event_count(tight, "requests_oversized")
     wires = []
     for _ in range(20):  # 20 claims of 2 GiB - 1: nothing of them may be allocated
         w = WireClient(tight.kafka_bootstrap)
@@ -162,6 +168,7 @@ def test_an_oversized_frame_closes_the_connection_without_being_allocated(tight:
     just_over.close()
     assert tight.rss_bytes() - before < 64 * MIB  # generous: 20 allocations would be 40 GiB
     assert "frame of 2147483647 bytes (allowed 8-65536)" in tight.output()
+    assert event_count(tight, "requests_oversized") == oversized + 21
     good = WireClient(tight.kafka_bootstrap)
     assert answered(good)
     good.close()
@@ -169,6 +176,7 @@ def test_an_oversized_frame_closes_the_connection_without_being_allocated(tight:
 
 def test_frames_wait_for_queued_request_bytes_and_go_on_when_released(tight: SidecarProcess) -> None:
     # two partial frames of 64 KiB take the whole 128 KiB pool
+    waits = event_count(tight, "request_pool_waits")
     holders = []
     for _ in range(2):
         w = WireClient(tight.kafka_bootstrap)
@@ -189,6 +197,7 @@ def test_frames_wait_for_queued_request_bytes_and_go_on_when_released(tight: Sid
     assert closed_within(holders[1], 10)
     for w in (holders[1], waiting):
         w.close()
+    assert event_count(tight, "request_pool_waits") == waits + 1
     again = WireClient(tight.kafka_bootstrap)
     assert answered(again)
     again.close()

@@ -18,7 +18,6 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from logkeeper.log import page_cache
 from logkeeper.log.file_records import FileRecords
@@ -26,7 +25,7 @@ from logkeeper.protocol import messages as m
 from logkeeper.records.builder import Record, build_batch
 from logkeeper.server.process import SidecarProcess
 from logkeeper.tools.verify import verify_path
-from tests.kafka_wire import WireClient, fetch_frame, fetched_records, produce_batches, request_frame
+from tests.kafka_wire import WireClient, fetch_frame, fetched_records, produce_batches, request_frame, scrape
 
 REPO = Path(__file__).resolve().parents[2]
 SIDECAR_KEYS = {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}
@@ -324,13 +323,6 @@ def test_clients_cannot_produce_to_internal_topics_while_the_coordinator_still_w
 
 
 # ------------------------------------------------------------------------ raw protocol
-def scrape(sidecar: SidecarProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    status, _headers, body = sidecar.client.request("GET", "/metrics")
-    assert status == 200
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(body.decode()) for s in f.samples}
-
-
 def test_metrics_count_the_listeners_requests_bytes_and_connections(sidecar: SidecarProcess, tmp_path: Path) -> None:
     now = int(time.time() * 1000)
     batches = [build_batch([Record(i, now, f"m{b}-{i}".encode(), b"v" * 100) for i in range(20)])

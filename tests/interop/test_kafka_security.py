@@ -25,7 +25,7 @@ from kafka import KafkaProducer
 
 from logkeeper.protocol import messages as m
 from logkeeper.server.process import KAFKA_LISTENING, SidecarError, SidecarProcess
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, event_count
 
 PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob:with-colon"}
 PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -115,6 +115,7 @@ def test_kafka_python_scram_over_sasl_ssl(secure: Secure) -> None:
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
 def test_a_wrong_password_is_refused_and_never_logged(secure: Secure, mechanism: str) -> None:
     wrong = f"wrong-{mechanism}-pw"
+    failures = event_count(secure.proc, "authentication_failures")
     admin = AdminClient({**client_conf(secure, "SASL_PLAINTEXT", mechanism, password=wrong),
                          "reconnect.backoff.ms": 500})
     with pytest.raises(ck.KafkaException):
@@ -122,6 +123,7 @@ def test_a_wrong_password_is_refused_and_never_logged(secure: Secure, mechanism:
     time.sleep(0.3)
     out = secure.proc.output()
     assert "SASL authentication failed" in out
+    assert event_count(secure.proc, "authentication_failures") >= failures + 1  # librdkafka may retry
     for secret in (wrong, *PASSWORDS.values()):
         assert secret not in out
 

@@ -52,7 +52,6 @@ import logging
 import os
 import ssl
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, cast
@@ -61,6 +60,7 @@ from ..server.config import SidecarSettings
 from . import messages as m
 from .context import BrokerContext, CloseConnection
 from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, SplicedFrame, peek_header
+from .listener_metrics import ListenerFigures
 from .memory_pool import FrameCache, MemoryPool
 from .primitives import MalformedError
 from .sasl import UsersFile
@@ -120,7 +120,7 @@ class ConnectionHost(Protocol):
     memory: MemoryPool
     responses: MemoryPool
     frames: FrameCache
-    stats: Counter[str]
+    figures: ListenerFigures
     stopping: bool
     ctx: BrokerContext | None
 
@@ -327,14 +327,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not authenticated:
             limit = min(limit, SASL_MAX_RECEIVE_BYTES)
         if size < MIN_REQUEST_SIZE or size > limit:
-            listener.stats["oversized"] += size > limit
+            listener.figures.event("oversized", size > limit)
             self._abort(f"frame of {size} bytes (allowed {MIN_REQUEST_SIZE}-{limit})")
             return False
         pool = listener.memory
         self.busy = True
         try:
             if not pool.try_acquire(size):
-                listener.stats["pool_waits"] += 1
+                listener.figures.event("pool_waits")
                 await pool.acquire(size)
         finally:
             self.busy = False

@@ -40,7 +40,6 @@ import hashlib
 import logging
 import socket
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -130,8 +129,7 @@ class KafkaListener:
         self.responses = MemoryPool(settings.kafka_queued_max_response_bytes)
         self.frames = FrameCache()  # the buffers of the frames the pool's bytes are claimed for
         self.users: UsersFile | None = None
-        self.stats: Counter[str] = Counter()  # refused, idle_closed, oversized, pool_waits, auth_failures
-        self.figures = ListenerFigures()  # the handlers' counts (listener_metrics.py)
+        self.figures = ListenerFigures()  # what the listener and its handlers count (listener_metrics.py)
         self.stopping = False
         self.ctx: BrokerContext | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -201,12 +199,12 @@ class KafkaListener:
         if self.stopping or self.ctx is None:
             return False
         if len(self.connections) >= self.settings.kafka_max_connections:
-            self.stats["refused"] += 1
+            refused = self.figures.event("refused")
             now = time.monotonic()
             if now - self._last_refusal_log >= 1.0:  # at most a line a second under a flood
                 self._last_refusal_log = now
                 log.warning("kafka: refusing connections (from %s and %d so far): %d open, max.connections is %d",
-                            conn.peer_host, self.stats["refused"], len(self.connections),
+                            conn.peer_host, refused, len(self.connections),
                             self.settings.kafka_max_connections)
             return False
         sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
@@ -249,7 +247,7 @@ class KafkaListener:
             for conn in list(self.connections):
                 why = conn.is_idle(now, idle_s)
                 if why is not None:
-                    self.stats["idle_closed"] += 1
+                    self.figures.event("idle_closed")
                     log.info("kafka: closing the connection from %s: %s", conn.peer_host, why)
                     conn.close()
 

@@ -27,7 +27,7 @@ the GIL.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client import Histogram
@@ -41,7 +41,7 @@ from .memory_pool import MemoryPool
 # Kafka's requests take from well under a millisecond (a cached fetch, a heartbeat) to a fetch's
 # whole max.wait.ms (500 ms by default) and a join's rebalance (seconds)
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-# the listener's event counts (listener.stats) -> (metric name, help)
+# the listener's events (ListenerFigures.events) -> (metric name, help)
 EVENTS = {
     "refused": ("logkeeper_kafka_connections_refused", "Connections closed at once: kafka.max.connections open"),
     "idle_closed": ("logkeeper_kafka_connections_idle_closed",
@@ -61,6 +61,7 @@ class ListenerFigures:
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self.fetch_reads = {"loop": 0, "thread": 0}
+        self.events = dict.fromkeys(EVENTS, 0)  # connection.py, listener.py and sasl_exchange.py count them
         self.latency = Histogram("logkeeper_kafka_request_duration_seconds",
                                  "Kafka requests from frame read to answer encoded, by API",
                                  ["api"], registry=None, buckets=BUCKETS)
@@ -82,14 +83,17 @@ class ListenerFigures:
     def read(self, on_loop: bool) -> None:
         self.fetch_reads["loop" if on_loop else "thread"] += 1
 
+    def event(self, name: str, count: int = 1) -> int:
+        """Counts one of EVENTS; returns its total (the refusal log quotes it)."""
+        self.events[name] += count
+        return self.events[name]
+
 
 class Observed(Protocol):
     """What the collector reads of the listener (listener.py's KafkaListener)."""
 
     @property
     def figures(self) -> ListenerFigures: ...
-    @property
-    def stats(self) -> Mapping[str, int]: ...
     @property
     def memory(self) -> MemoryPool: ...
     @property
@@ -121,9 +125,9 @@ class ListenerCollector(Collector):
                                 "1 while the kernel answers page-cache queries (cachestat)",
                                 value=1.0 if page_cache.queryable() else 0.0)
         yield GaugeMetricFamily("logkeeper_kafka_connections", "Open Kafka connections", value=lst.connection_count)
-        stats = dict(lst.stats)
+        events = dict(figures.events)
         for key, (name, doc) in EVENTS.items():
-            yield CounterMetricFamily(name, doc, value=stats.get(key, 0))
+            yield CounterMetricFamily(name, doc, value=events[key])
         pools = GaugeMetricFamily("logkeeper_kafka_pool_bytes",
                                   "kafka.queued.max.request.bytes (requests) and kafka.queued.max.response.bytes "
                                   "(TLS fetch answers): bytes used and capacity", labels=["pool", "state"])

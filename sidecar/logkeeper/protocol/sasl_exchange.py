@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ from . import error_codes as ec
 from . import messages as m
 from .context import BrokerContext, CloseConnection
 from .framing import parse_request_header, response_frame
+from .listener_metrics import ListenerFigures
 from .sasl import Mechanism, SaslFailure, UsersFile, server_for
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ FAILED_AUTH_DELAY_S = 0.1  # Kafka's connection.failed.authentication.delay.ms (
 class SaslHost(Protocol):
     """What the exchange uses of the listener (connection.py's ConnectionHost has it)."""
 
-    stats: Counter[str]
+    figures: ListenerFigures
     ctx: BrokerContext | None
 
     def users_or_fail(self) -> UsersFile: ...
@@ -76,7 +76,7 @@ async def sasl_step(frame: memoryview, sasl: SaslState, listener: SaslHost, peer
     try:
         reply = await ctx.run(mech.step, token) if ctx is not None else mech.step(token)
     except SaslFailure as e:
-        listener.stats["auth_failures"] += 1
+        listener.figures.event("auth_failures")
         await asyncio.sleep(FAILED_AUTH_DELAY_S)
         raise CloseConnection(f"SASL authentication failed: {e}", answer(
             {"error_code": ec.SASL_AUTHENTICATION_FAILED, "error_message": str(e), "auth_bytes": b"",
