@@ -53,7 +53,7 @@ class FakeNotifier:
 class FakeContext:
     def __init__(self, records: FileRecords) -> None:
         log = SimpleNamespace(log_end_offset=1, last_stable_offset=1, log_start_offset=0,
-                              segments=SimpleNamespace(values=lambda start, end: []))
+                              segments=SimpleNamespace(values=lambda start, end: [], count=lambda start, end: 0))
         self.sidecar = SimpleNamespace(partition_log=lambda tp: log, manager=FakeManager(records), stopping=False)
         self.settings = SimpleNamespace(fetch_max_bytes=1 << 20)
         self.notifier = FakeNotifier()
@@ -158,12 +158,17 @@ def test_a_read_committed_fetch_far_behind_lists_its_aborted_transactions_on_a_t
     ctx = FakeContext(records)
     seg = SimpleNamespace(txn_index=SimpleNamespace(collect_aborted=lambda start, upper: []))
     log = ctx.sidecar.partition_log(None)
-    log.name, log.segments = "t-0", SimpleNamespace(values=lambda start, end: [seg] * segments)
+    log.name = "t-0"
+    log.segments = SimpleNamespace(values=lambda start, end: [seg] * segments, count=lambda start, end: segments)
+    reads = []
+    manager_read = ctx.sidecar.manager.read
+    ctx.sidecar.manager.read = lambda *a, **kw: reads.append(kw["cached_only"]) or manager_read(*a, **kw)
     req = request(1, max_wait_ms=60_000)
     req["isolation_level"] = 1
     answer = asyncio.run(handlers_data.fetch(ctx, CONN, req, 12))  # type: ignore[arg-type]
     assert answer["responses"][0]["partitions"][0]["aborted_transactions"] == []
     assert ctx.runs == runs
+    assert reads == ([True] if runs == 0 else [False])  # the bound is checked before the loop reads
 
 
 def test_a_fetch_with_no_data_waits_for_an_append(tmp_path: Path) -> None:

@@ -52,18 +52,29 @@ class LogSegments:
     def get(self, base_offset: int) -> LogSegment | None:
         return self._by_offset.get(base_offset)
 
+    def _span(self, from_offset: int | None, to_offset: int | None) -> tuple[int, int]:
+        """The positions in _offsets of values(from_offset, to_offset); under the lock."""
+        offsets = self._offsets
+        lo = 0
+        if from_offset is not None:
+            if to_offset is not None and from_offset == to_offset:
+                return 0, 0
+            lo = max(0, bisect.bisect_right(offsets, from_offset) - 1)
+        hi = len(offsets) if to_offset is None else bisect.bisect_left(offsets, to_offset)
+        return lo, hi
+
     def values(self, from_offset: int | None = None, to_offset: int | None = None) -> list[LogSegment]:
         """Segments that may hold offsets in [from_offset, to_offset): from the floor segment of
         ``from_offset`` up to (excluding) the first segment based at or after ``to_offset``."""
         with self._lock:
-            offsets = self._offsets
-            lo = 0
-            if from_offset is not None:
-                if to_offset is not None and from_offset == to_offset:
-                    return []
-                lo = max(0, bisect.bisect_right(offsets, from_offset) - 1)
-            hi = len(offsets) if to_offset is None else bisect.bisect_left(offsets, to_offset)
-            return [self._by_offset[o] for o in offsets[lo:hi]]
+            lo, hi = self._span(from_offset, to_offset)
+            return [self._by_offset[o] for o in self._offsets[lo:hi]]
+
+    def count(self, from_offset: int | None = None, to_offset: int | None = None) -> int:
+        """len(values(from_offset, to_offset)) without making the list."""
+        with self._lock:
+            lo, hi = self._span(from_offset, to_offset)
+            return max(0, hi - lo)
 
     def floor_segment(self, offset: int) -> LogSegment | None:
         with self._lock:

@@ -162,14 +162,10 @@ async def produce(ctx: BrokerContext, conn: Connection, req: dict[str, Any], ver
 INLINE_ABORTED_SEGMENTS = 64
 
 
-def _aborted(lg: Log, start: int, upper: int, cached_only: bool = False) -> list[dict[str, Any]]:
-    """The aborted transactions overlapping [start, upper); ``cached_only`` (on the event loop):
-    WouldBlock when that means more than INLINE_ABORTED_SEGMENTS segments' indexes."""
-    segments = lg.segments.values(start, upper)
-    if cached_only and len(segments) > INLINE_ABORTED_SEGMENTS:
-        raise WouldBlock(f"{lg.name}: the aborted transactions of {len(segments)} segments to list")
+def _aborted(lg: Log, start: int, upper: int) -> list[dict[str, Any]]:
+    """The aborted transactions overlapping [start, upper)."""
     out = []
-    for seg in segments:
+    for seg in lg.segments.values(start, upper):
         for t in seg.txn_index.collect_aborted(start, upper):
             out.append({"producer_id": t.producer_id, "first_offset": t.first_offset})
     return out
@@ -213,6 +209,9 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
         entry.update(high_watermark=leo, last_stable_offset=lso, log_start_offset=start)
         offset = p["fetch_offset"]
         max_bytes = min(p["partition_max_bytes"], budget)
+        if committed and cached_only and (behind := lg.segments.count(offset, lso)) > INLINE_ABORTED_SEGMENTS:
+            # checked before the read, which the thread would do again
+            raise WouldBlock(f"{lg.name}: the aborted transactions of {behind} segments to list")
         if max_bytes > 0 or first:
             entry["records"] = ctx.sidecar.manager.read(tp, offset, max(max_bytes, 1),
                                                         max_offset=lso if committed else None, min_one_batch=first,
@@ -221,7 +220,7 @@ def _read_partition(ctx: BrokerContext, tp: TopicPartition, p: dict[str, Any], b
         elif not start <= offset <= leo:
             entry.update(error_code=ec.OFFSET_OUT_OF_RANGE)
         if committed:
-            entry["aborted_transactions"] = _aborted(lg, offset, lso, cached_only) if entry["records"] else []
+            entry["aborted_transactions"] = _aborted(lg, offset, lso) if entry["records"] else []
     except WouldBlock:
         raise  # the whole fetch goes to a thread
     except Exception as e:
