@@ -35,10 +35,10 @@ class FakeManager:
              min_one_batch: bool, whole_batches: bool, cached_only: bool, zero_copy: bool) -> FetchData:
         assert not whole_batches  # the listener reads slices, as Kafka's LogSegment.read
         if zero_copy:
-            return FetchData(0, self.records.slice(0, max_bytes, cached_only=cached_only), 0)
+            return FetchData(0, self.records.slice(0, max_bytes, cached_only=cached_only))
         if cached_only:
-            return FetchData(0, self.records.read_cached(0, max_bytes, 1), 0)
-        return FetchData(0, self.records.read(0, max_bytes), 0)
+            return FetchData(0, self.records.read_cached(0, max_bytes, 1))
+        return FetchData(0, self.records.read(0, max_bytes))
 
 
 class FakeNotifier:

@@ -313,6 +313,9 @@ def test_a_slice_read_ends_anywhere_after_the_first_batch(tmp_path: Path) -> Non
     half = seg.read(40, len(first) + len(second) // 2, whole_batches=False)
     assert half is not None and half.records == whole[:len(first) + len(second) // 2] and half.first_offset == 40
     assert seg.read(41, 10_000, whole_batches=False).records == second + third  # type: ignore[union-attr]
+    sliced = seg.read(41, 10_000, whole_batches=False, zero_copy=True)
+    assert sliced is not None and sliced.records.read() == second + third  # type: ignore[union-attr]
+    assert sliced.first_offset == 41 and sliced.position == len(first)  # asked for, not read by the fetch
     small = seg.read(40, 1, whole_batches=False)  # min_one_batch: the first batch, whole
     assert small is not None and small.records == first
     none = seg.read(40, len(first) - 1, min_one_batch=False, whole_batches=False)

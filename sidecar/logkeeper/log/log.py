@@ -369,19 +369,19 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is out of range [{self.log_start_offset}, {end}] for {self.name}")
         if start_offset == end:
-            return FetchData(self.active_segment.size_in_bytes, b"", start_offset)
+            return FetchData(self.active_segment.size_in_bytes, b"")
         for segment in self.segments.values(start_offset, None):
             max_position = None
             if max_offset is not None:
                 if max_offset <= start_offset:
-                    return FetchData(0, b"", start_offset)
+                    return FetchData(0, b"")
                 stop = segment.translate_offset(max_offset, cached_only=cached_only)
                 max_position = stop.position if stop is not None else None
             data = segment.read(start_offset, max_bytes, max_position, min_one_batch,
                                 whole_batches=whole_batches, cached_only=cached_only, zero_copy=zero_copy)
             if data is not None and data.records:
                 return data
-        return FetchData(0, b"", start_offset)
+        return FetchData(0, b"")
 
     # ------------------------------------------------------------------ flush
     def flush(self, offset: int | None = None) -> None:

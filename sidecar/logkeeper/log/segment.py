@@ -51,11 +51,18 @@ class AppendedBatch(NamedTuple):
 
 class FetchData(NamedTuple):
     """Batches read from a segment: their bytes (whole batches, unless read as a slice: then the
-    last may be partial), first batch position and base offset."""
+    last may be partial) and the first batch's position."""
 
     position: int
     records: bytes | memoryview | RecordsSlice  # memoryview: read_cached's; RecordsSlice: zero_copy's
-    first_offset: int
+
+    @property
+    def first_offset(self) -> int:
+        """The first batch's base offset, -1 when none was read. Read from the records when asked:
+        a fetch answer does not need it, so a zero-copy read does not read the file for it."""
+        records = self.records
+        head = records.records.read(records.position, 8) if isinstance(records, RecordsSlice) else records[:8]
+        return int.from_bytes(head, "big", signed=True) if len(head) == 8 else -1
 
     @property
     def read_bytes(self) -> bytes | memoryview:
@@ -278,36 +285,31 @@ class LogSegment:
             return None
         limit = self.log.size_in_bytes if max_position is None else min(max_position, self.log.size_in_bytes)
         if not whole_batches:
-            return self._slice(start_offset, start, max_bytes, limit, min_one_batch, cached_only, zero_copy)
+            return self._slice(start, max_bytes, limit, min_one_batch, cached_only, zero_copy)
         end = start.position
-        first_offset = -1
         for position, header in self.log.headers_from(start.position, limit):
             if end - start.position + header.size > max_bytes and not (
                     min_one_batch and end == start.position):
                 break
-            if first_offset < 0:
-                first_offset = header.base_offset
             end = position + header.size
         if end == start.position:
-            return FetchData(start.position, b"", start_offset)
+            return FetchData(start.position, b"")
         size = end - start.position
         data = self.log.read_cached(start.position, size, size) if cached_only else \
             self.log.read(start.position, size)
-        return FetchData(start.position, data, first_offset)
+        return FetchData(start.position, data)
 
-    def _slice(self, start_offset: int, start: LogOffsetPosition, max_bytes: int, limit: int,
+    def _slice(self, start: LogOffsetPosition, max_bytes: int, limit: int,
                min_one_batch: bool, cached_only: bool, zero_copy: bool) -> FetchData:
         """``read``'s Kafka-style slice: from the batch at ``start`` up to ``max_bytes``."""
         if start.position + start.size > limit or (start.size > max_bytes and not min_one_batch):
-            return FetchData(start.position, b"", start_offset)  # no whole batch there or in the budget
+            return FetchData(start.position, b"")  # no whole batch there or in the budget
         size = min(max(max_bytes, start.size), limit - start.position)
         if zero_copy:
-            piece = self.log.slice(start.position, size, cached_only=cached_only)
-            head = self.log.read_cached(start.position, 8, 8) if cached_only else self.log.read(start.position, 8)
-            return FetchData(start.position, piece, int.from_bytes(head, "big", signed=True))
+            return FetchData(start.position, self.log.slice(start.position, size, cached_only=cached_only))
         data = self.log.read_cached(start.position, size, start.size) if cached_only else \
             self.log.read(start.position, size)
-        return FetchData(start.position, data, int.from_bytes(data[:8], "big", signed=True))
+        return FetchData(start.position, data)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (the base offset when empty)."""
