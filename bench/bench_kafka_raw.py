@@ -14,7 +14,8 @@ Produce: ``--produce-requests`` requests of one batch of about 1 MiB (1,000-byte
 uncompressed, the same bytes for every server) for one partition, acks=1, ``PRODUCE_IN_FLIGHT``
 in flight on one socket as the Java producer's max.in.flight.requests.per.connection (a thread
 sends while the main thread reads the answers); a request's time from sending it to having its
-answer.
+answer. Then ``--small-produce-requests`` the same way of one 16 KiB batch, the Java producer's
+default batch.size, where what a request costs beside its bytes weighs most.
 
 Rows: the sidecar; the sidecar with glibc's allocator defaults (a ``GLIBC_TUNABLES`` that sets
 nothing, which server/heap.py leaves to the user: the A of its change); Kafka. ``--rounds`` walks
@@ -58,6 +59,7 @@ RESULTS = REPO / "bench" / "results" / "kafka_raw.md"
 FETCH_VERSION = 11  # both serve it; the last version that names topics (13+ use topic ids)
 PRODUCE_VERSION = 8  # both serve it; not flexible (a plain header)
 PRODUCE_IN_FLIGHT = 5  # the Java producer's max.in.flight.requests.per.connection
+SMALL_BATCH_BYTES = 16 << 10  # the Java producer's default batch.size
 PRODUCE_TOPIC = "raw-produce"
 WALK_LIMIT_S = 60.0  # a walk that has not reached the end by then is cut (and reported short)
 GLIBC_DEFAULTS = "glibc.malloc.tcache_count=7"  # glibc's own default: the allocator as shipped
@@ -223,14 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch-bytes", type=int, default=1 << 20, help="a fetch's partition_max_bytes (the "
                     "consumer's default max.partition.fetch.bytes)")
     ap.add_argument("--produce-requests", type=int, default=200, help="Produce requests of ~1 MiB a round")
+    ap.add_argument("--small-produce-requests", type=int, default=2000, help="Produce requests of ~16 KiB a round")
     args, command = parse_bench_args(ap, "bench_kafka_raw.py", argv)
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-raw-"))
     case = ProducerCase("1", 100, None)
     records = args.mb * 1_000_000 // case.record_bytes
-    batch = produce_batch()
+    batches = {"1 MiB": (produce_batch(), args.produce_requests),
+               "16 KiB": (produce_batch(batch_bytes=SMALL_BATCH_BYTES), args.small_produce_requests)}
     walks: dict[str, list[Requests]] = {}
-    bursts: dict[str, list[Requests]] = {}
+    bursts: dict[tuple[str, str], list[Requests]] = {}  # (batch, server)
     started = time.monotonic()
     try:
         broker = Broker(dist, work / "kafka", {"num.partitions": 1})
@@ -254,21 +258,25 @@ def main(argv: list[str] | None = None) -> int:
                 label = "warm-up" if r < 0 else f"round {r}"
                 for name in order if r % 2 == 0 else order[::-1]:
                     w = walk(bootstrap[name], pids[name], case.topic, records, args.fetch_bytes)
-                    b = produce_burst(bootstrap[name], pids[name], batch, args.produce_requests)
                     if r >= 0:
                         walks.setdefault(name, []).append(w)
-                        bursts.setdefault(name, []).append(b)
-                    print(f"{label}: {name}: fetch: {w.count} fetches, median {_ms(w.latencies_s):.2f} ms, "
-                          f"{w.mb_per_s:.0f} MB/s, server CPU {w.cpu_ms_per_mb:.2f} ms/MB; produce: median "
-                          f"{_ms(b.latencies_s):.2f} ms, {b.mb_per_s:.0f} MB/s, server CPU {b.cpu_ms_per_mb:.2f} ms/MB",
-                          flush=True)
+                    said = [f"fetch: {w.count} fetches, median {_ms(w.latencies_s):.2f} ms, {w.mb_per_s:.0f} MB/s, "
+                            f"server CPU {w.cpu_ms_per_mb:.2f} ms/MB"]
+                    for size, (batch, count) in batches.items():
+                        b = produce_burst(bootstrap[name], pids[name], batch, count)
+                        if r >= 0:
+                            bursts.setdefault((size, name), []).append(b)
+                        said.append(f"produce {size}: median {_ms(b.latencies_s):.2f} ms, {b.mb_per_s:.0f} MB/s, "
+                                    f"server CPU {b.cpu_ms_per_mb:.2f} ms/MB")
+                    print(f"{label}: {name}: " + "; ".join(said), flush=True)
         finally:
             sidecar.stop()
             plain.stop()
             broker.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text, lines = report(command, args, dist.version, len(batch), walks, bursts, time.monotonic() - started)
+    sizes = {size: len(batch) for size, (batch, _) in batches.items()}
+    text, lines = report(command, args, dist.version, sizes, walks, bursts, time.monotonic() - started)
     RESULTS.write_text(text)
     print("\n".join(lines))
     print(f"(written to {RESULTS.relative_to(REPO)})")
@@ -280,8 +288,9 @@ def _ms(latencies_s: list[float], q: float = 0.5) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def report(command: str, args: argparse.Namespace, version: str, batch_bytes: int, walks: dict[str, list[Requests]],
-           bursts: dict[str, list[Requests]], seconds: float) -> tuple[str, list[str]]:
+def report(command: str, args: argparse.Namespace, version: str, batch_bytes: dict[str, int],
+           walks: dict[str, list[Requests]], bursts: dict[tuple[str, str], list[Requests]],
+           seconds: float) -> tuple[str, list[str]]:
     def med(runs: list[Requests], f: str) -> float:
         return float(statistics.median(getattr(x, f) for x in runs))
 
@@ -291,13 +300,16 @@ def report(command: str, args: argparse.Namespace, version: str, batch_bytes: in
     fetch_rows = [f"| {name} | {ws[0].count} | {med_ms(ws):.2f} | {med(ws, 'mb_per_s'):.0f} "
                   f"| {med(ws, 'cpu_ms_per_mb'):.2f} | " + ", ".join(f"{w.mb_per_s:.0f}" for w in ws) + " |"
                   for name, ws in walks.items()]
-    produce_rows = [f"| {name} | {med_ms(bs):.2f} | {med_ms(bs, 0.99):.2f} | {med(bs, 'mb_per_s'):.0f} "
-                    f"| {med(bs, 'cpu_ms_per_mb'):.2f} | " + ", ".join(f"{b.mb_per_s:.0f}" for b in bs) + " |"
-                    for name, bs in bursts.items()]
+    produce_rows = [f"| {size} | {name} | {med_ms(bs):.2f} | {med_ms(bs, 0.99):.2f} | {med(bs, 'mb_per_s'):.0f} "
+                    f"| {med(bs, 'cpu_ms_per_mb'):.2f} "
+                    f"| {statistics.median(b.server_cpu_s / b.count for b in bs) * 1e6:.0f} | "
+                    + ", ".join(f"{b.mb_per_s:.0f}" for b in bs) + " |"
+                    for size in batch_bytes for (of, name), bs in bursts.items() if of == size]
     lines = [side_by_side_line(f"raw fetch {args.fetch_bytes >> 10} KiB", med(walks["logkeeper"], "mb_per_s"),
                                med(walks["kafka"], "mb_per_s")),
-             side_by_side_line(f"raw produce 1 MiB batches, {PRODUCE_IN_FLIGHT} in flight",
-                               med(bursts["logkeeper"], "mb_per_s"), med(bursts["kafka"], "mb_per_s"))]
+             *(side_by_side_line(f"raw produce {size} batches, {PRODUCE_IN_FLIGHT} in flight",
+                                 med(bursts[(size, "logkeeper")], "mb_per_s"), med(bursts[(size, "kafka")], "mb_per_s"))
+               for size in batch_bytes)]
     text = "\n".join([
         "# The server's side: raw Fetch and Produce requests against the sidecar and against Apache Kafka",
         "",
@@ -311,7 +323,9 @@ def report(command: str, args: argparse.Namespace, version: str, batch_bytes: in
         f"linger.ms 5, default 16 KiB batches); one socket, Fetch v{FETCH_VERSION}, partition_max_bytes "
         f"{args.fetch_bytes:,}, from offset 0 to the end, one request at a time; a fetch's time from sending it "
         "to having its whole response",
-        f"- produce: {args.produce_requests} Produce v{PRODUCE_VERSION} requests a round of one {batch_bytes:,}-byte "
+        f"- produce: {args.produce_requests} Produce v{PRODUCE_VERSION} requests a round of one "
+        f"{batch_bytes['1 MiB']:,}-byte batch, then {args.small_produce_requests} of one "
+        f"{batch_bytes['16 KiB']:,}-byte "
         f"batch (1,000-byte random values, uncompressed) for one partition, acks=1, {PRODUCE_IN_FLIGHT} in flight on "
         "one socket; a request's time from sending it to having its answer",
         f"- the server's CPU from /proc over each walk or burst; a warm-up of each, then {args.rounds} rounds, the "
@@ -322,8 +336,9 @@ def report(command: str, args: argparse.Namespace, version: str, batch_bytes: in
         "|---|---:|---:|---:|---:|---|",
         *fetch_rows,
         "",
-        "| produce: server | median request ms | p99 ms | MB/s | server CPU ms per MB | every round's MB/s |",
-        "|---|---:|---:|---:|---:|---|",
+        "| produce: batch | server | median request ms | p99 ms | MB/s | server CPU ms per MB "
+        "| server CPU us a request | every round's MB/s |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
         *produce_rows,
         "",
         "```",

@@ -6,7 +6,8 @@ a client that sent a 100 MiB frame header and 60 MiB of its body held 60 MiB of 
 heap for as long as it liked (4 such connections added 241 MiB RSS, and glibc kept most of it
 after they closed). Here the socket's bytes go straight into the buffer they belong to:
 
-1. the 4-byte size is read into a 4-byte buffer; a size below the 8 header bytes or above
+1. the 4-byte size is read (with what follows it, up to 4 KiB: a small request then takes one
+   read, see 3.); a size below the 8 header bytes or above
    ``kafka.socket.request.max.bytes`` (512 KiB before SASL authentication, Kafka's
    sasl.server.max.receive.size) closes the connection, nothing allocated;
 2. the size is taken from the listener's memory pool (memory_pool.py,
@@ -58,7 +59,7 @@ from typing import IO, Any, Protocol, cast
 
 from ..server.config import SidecarSettings
 from . import messages as m
-from .context import BrokerContext, CloseConnection
+from .context import BrokerContext, CloseConnection, Connection
 from .framing import FRAME_SIZE, MIN_REQUEST_SIZE, SplicedFrame, peek_header
 from .listener_metrics import ListenerFigures
 from .memory_pool import FrameCache, MemoryPool
@@ -148,6 +149,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._view: memoryview = memoryview(self._head)
         self._filled = 0
         self._spill = bytearray()
+        self._direct = False  # get_buffer gave the current buffer itself, not _SCRATCH
         self._reading_ready = endpoint.tls is None  # False until start_tls hands over its transport
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -156,6 +158,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._drained: asyncio.Future[None] | None = None
         self._held = 0  # bytes of the listener's response pool the answer being made holds
         self._sending: asyncio.Future[int] | None = None  # a slice's sendfile, cancelled by close()
+        self._described: Connection | None = None  # what described() gave last
 
     # ------------------------------------------------------------------ protocol callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -171,16 +174,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.task = asyncio.ensure_future(self._run())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._filled < len(self._view):
+        left = len(self._view) - self._filled
+        self._direct = left >= SPILL_CHUNK
+        if self._direct:  # a big rest of a frame: straight into its buffer
             return self._view[self._filled:]
-        # read-ahead past the current buffer (the next request's first bytes), up to SPILL_PAUSE
+        # A small rest (a frame's 4-byte size, a small request, the end of a big one) is read with
+        # what follows it through the scratch buffer: a small request then takes one read and one
+        # pass of the event loop, not two (its size, then its body). What is past the current
+        # buffer is read-ahead (the next request's first bytes), up to SPILL_PAUSE.
         return _SCRATCH
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._filled < len(self._view):
+        if self._direct:
             self._filled += nbytes
         else:
-            self._spill += _SCRATCH[:nbytes]
+            taken = min(nbytes, len(self._view) - self._filled)
+            if taken:
+                self._view[self._filled:self._filled + taken] = _SCRATCH[:taken]
+                self._filled += taken
+            self._spill += _SCRATCH[taken:nbytes]
             if len(self._spill) > SPILL_MAX:
                 self._abort("more than 1 MiB past a frame while muted")
                 return
@@ -220,7 +232,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._view, self._filled = view, 0
         if self._spill:
             n = min(len(self._spill), len(view))
-            view[:n] = self._spill[:n]
+            with memoryview(self._spill) as spilled:  # released before the del below
+                view[:n] = spilled[:n]
             del self._spill[:n]
             self._filled = n
 
@@ -459,6 +472,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 raise CloseConnection(f"{m.APIS[key].name if key in m.APIS else f'API {key}'} request before "
                                       f"SASL authentication")
         return await self.listener.handle_frame(self, frame)
+
+    def described(self, client_id: str | None) -> Connection:
+        """The connection as the handlers see it, for a request of ``client_id``: made once and
+        again only when the client id changes (a client keeps one), not for every request."""
+        about = self._described
+        if about is None or about.client_id != client_id:
+            about = self._described = Connection(
+                self.peer_host, self.local[0], self.local[1], self.endpoint.advertised, client_id,
+                hold=self.hold_answer_bytes, zero_copy=self.endpoint.tls is None)
+        return about
 
     def is_idle(self, now: float, idle_s: float) -> str | None:
         """Why the sweeper should close this connection now, or None."""

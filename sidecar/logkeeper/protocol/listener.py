@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import hashlib
 import logging
 import socket
@@ -97,9 +96,11 @@ def cluster_id_for(log_dirs: list[str]) -> str:
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
-async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memoryview) -> Answer | None:
-    """The response frame of one request frame; None when none is due (acks 0). Raises
-    MalformedError (close the connection) or CloseConnection."""
+async def handle_frame(ctx: BrokerContext, describe: Callable[[str | None], Connection],
+                       frame: bytes | memoryview) -> Answer | None:
+    """The response frame of one request frame; None when none is due (acks 0). ``describe``: the
+    connection as the handlers see it, given the request's client id. Raises MalformedError (close
+    the connection) or CloseConnection."""
     key, version, correlation_id = peek_header(frame)
     if key == m.API_VERSIONS and version > m.APIS[key].schema_max:
         return response_frame(correlation_id, 0, m.API_VERSIONS_RESPONSE, handlers_meta.api_versions_body(35), 0)
@@ -108,8 +109,7 @@ async def handle_frame(ctx: BrokerContext, conn: Connection, frame: bytes | memo
     request = spec.request.decode(reader, version)
     if reader.remaining():  # Kafka ignores them too (librdkafka's admin Metadata v12 sends 3 more)
         log.debug("%s v%d: %d bytes after the request ignored", spec.name, version, reader.remaining())
-    conn = dataclasses.replace(conn, client_id=header.client_id)
-    response = await HANDLERS[key](ctx, conn, request, version)
+    response = await HANDLERS[key](ctx, describe(header.client_id), request, version)
     answer = None if response is None else \
         answer_frame(correlation_id, spec.response_header_version(version), spec.response, response, version)
     ctx.figures.request_done(key, time.perf_counter() - started)
@@ -228,10 +228,8 @@ class KafkaListener:
         ctx = self.ctx
         if ctx is None:
             raise CloseConnection("the listener is stopping")
-        c = Connection(conn.peer_host, conn.local[0], conn.local[1], conn.endpoint.advertised,
-                       hold=conn.hold_answer_bytes, zero_copy=conn.endpoint.tls is None)
         try:
-            return await handle_frame(ctx, c, frame)
+            return await handle_frame(ctx, conn.described, frame)
         except handlers_data.CloseConnection as e:
             raise CloseConnection(str(e)) from None
 
