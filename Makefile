@@ -168,7 +168,7 @@ bench: setup
 # logkeeper side by side with a real Kafka (make interop's release, fetched with kafka-tools):
 # Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
 # KRaft broker (bench/results/kafka_perf.md; again with each server on a core of its own and the
-# tools on the other: kafka_perf_pinned.md), raw 1 MiB Fetch and Produce requests from one
+# tools on the other: kafka_perf_pinned.md), raw 1 MiB Fetch and Produce requests and 16 KiB Produce requests from one
 # socket against both (kafka_raw.md: the server's side, no Java client in the way), then both log
 # cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
