@@ -3,8 +3,7 @@ another copy of the package (A, e.g. the commit before a change) and by this tre
 on a fresh synced copy, the runs alternated so that the machine's drift falls on both. Prints
 each run's cleaning MB/s (the cleaner's stats line) and wall time, and the medians.
 
-Prepare A as bench/ab_kafka_consume.py's docstring says (``git archive <commit> sidecar``, the
-tree's kernels copied in). Run:
+Prepare A as bench/ab_runs.py says. Run:
 ``.venv/bin/python bench/ab_clean.py /tmp/lk/prev/sidecar [--segments 4] [--segment-bytes 1048576] [--runs 4]``
 """
 
@@ -13,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
 from bench_kafka_cleaner import make_log_dir  # noqa: E402
 
 from tests.kafka.kafka_harness import parse_cleaner_stats  # noqa: E402
@@ -47,32 +46,31 @@ def clean(work: Path, segment_bytes: int, pythonpath: str | None) -> tuple[float
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("baseline", help="the sidecar/ directory of the copy to run as A")
+    add_baseline(ap)
     ap.add_argument("--segments", type=int, default=4, help="W1 segments of 1M records (1: ~119 MB)")
     ap.add_argument("--segment-bytes", type=int, default=1 << 20)
     ap.add_argument("--runs", type=int, default=4)
     args = ap.parse_args(argv)
-    if not (Path(args.baseline) / "logkeeper").is_dir():
-        ap.error(f"{args.baseline} holds no logkeeper package")
+    check_baseline(ap, args.baseline)
     root = Path(tempfile.mkdtemp(prefix="ab-clean-", dir="/var/tmp"))  # a disk, not a tmpfs
     try:
         src = root / "src"
         make_log_dir(src, args.segments, 1_000_000, args.segment_bytes, 7)
         subprocess.run(["sync"], check=True)
-        runs: dict[str, list[float]] = {"A": [], "B": []}
-        for r in range(args.runs):
-            for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                work = root / f"run{r}{k}"
-                shutil.copytree(src, work)
-                subprocess.run(["sync"], check=True)  # the copy's writeback is not the cleaner's
-                mb_s, wall = clean(work, args.segment_bytes, args.baseline if k == "A" else None)
-                shutil.rmtree(work)
-                runs[k].append(mb_s)
-                print(f"run {r} {k}: {mb_s:.1f} MB/s cleaning, process {wall:.2f} s", flush=True)
+        runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+        for r, k in alternated(args.runs):
+            work = root / f"run{r}{k}"
+            shutil.copytree(src, work)
+            subprocess.run(["sync"], check=True)  # the copy's writeback is not the cleaner's
+            mb_s, wall = clean(work, args.segment_bytes, args.baseline if k == "A" else None)
+            shutil.rmtree(work)
+            runs[k].append((mb_s, wall))
+            print(f"run {r} {k}: {mb_s:.1f} MB/s cleaning, process {wall:.2f} s", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    a, b = statistics.median(runs["A"]), statistics.median(runs["B"])
-    print(f"median A ({args.baseline}): {a:.1f} MB/s; B (this tree): {b:.1f} MB/s; B/A {b / a:.2f}x")
+    (a, a_wall), (b, b_wall) = medians(runs)["A"], medians(runs)["B"]
+    print(f"median A ({args.baseline}): {a:.1f} MB/s, process {a_wall:.2f} s; B (this tree): {b:.1f} MB/s, "
+          f"process {b_wall:.2f} s; B/A {b / a:.2f}x")
     return 0
 
 

@@ -4,13 +4,7 @@ runs alternated so that the machine's drift falls on both. Prints each run and t
 MB/s overall and fetch-only, and the server's CPU per MB (user + system from /proc).
 
 The client is what limits these runs on 2 cores, so the CPU per MB says more about a change to the
-server than the throughput does. Prepare A with:
-
-    mkdir -p /tmp/lk/prev && git archive <commit> sidecar | tar -x -C /tmp/lk/prev
-    cp sidecar/logkeeper/aot/*.so /tmp/lk/prev/sidecar/logkeeper/aot/
-
-(the kernels are the tree's own when the commit's kernel sources are the same; else build them
-there: ``PYTHONPATH=/tmp/lk/prev/sidecar python -m logkeeper.aot.build --force``).
+server than the throughput does. Prepare A as bench/ab_runs.py says.
 
 Run: ``.venv/bin/python bench/ab_kafka_consume.py /tmp/lk/prev/sidecar [--record-bytes 100] [--runs 6]
 [--isolation read_committed]``
@@ -19,7 +13,6 @@ Run: ``.venv/bin/python bench/ab_kafka_consume.py /tmp/lk/prev/sidecar [--record
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
 from bench.bench_kafka_perf import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
@@ -34,15 +28,14 @@ from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("baseline", help="the sidecar/ directory of the copy to run as A")
+    add_baseline(ap)
     ap.add_argument("--record-bytes", type=int, default=100)
     ap.add_argument("--mb", type=int, default=100, help="payload MB written once and read by each run")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--isolation", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
                     help="the consumer's isolation.level (read_committed: librdkafka's default)")
     args = ap.parse_args(argv)
-    if not (Path(args.baseline) / "logkeeper").is_dir():
-        ap.error(f"{args.baseline} holds no logkeeper package")
+    check_baseline(ap, args.baseline)
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="ab-consume-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}}
@@ -56,19 +49,18 @@ def main(argv: list[str] | None = None) -> int:
             create_topic(dist, side.kafka_bootstrap, case.topic)
             produce(dist, side.kafka_bootstrap, case, records)
             consume(dist, side.kafka_bootstrap, case.topic, records, args.isolation)  # warm-up, not counted
-        for r in range(args.runs):
-            for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                side = sides[k]
-                assert side.proc is not None
-                c, cpu = with_server_cpu(side.proc.pid, records * args.record_bytes / 1e6, consume, dist,
-                                         side.kafka_bootstrap, case.topic, records, args.isolation)
-                runs[k].append((c.mb_per_s, c.fetch_mb_per_s, cpu))
-                print(f"run {r} {k}: {c.mb_per_s:.1f} MB/s, fetch {c.fetch_mb_per_s:.1f} MB/s, "
-                      f"server CPU {cpu:.2f} ms/MB", flush=True)
+        for r, k in alternated(args.runs):
+            side = sides[k]
+            assert side.proc is not None
+            c, cpu = with_server_cpu(side.proc.pid, records * args.record_bytes / 1e6, consume, dist,
+                                     side.kafka_bootstrap, case.topic, records, args.isolation)
+            runs[k].append((c.mb_per_s, c.fetch_mb_per_s, cpu))
+            print(f"run {r} {k}: {c.mb_per_s:.1f} MB/s, fetch {c.fetch_mb_per_s:.1f} MB/s, "
+                  f"server CPU {cpu:.2f} ms/MB", flush=True)
     finally:
         for side in sides.values():
             side.stop()
-    med = {k: [statistics.median(run[i] for run in v) for i in range(3)] for k, v in runs.items()}
+    med = medians(runs)
     for k, name in (("A", f"A ({args.baseline})"), ("B", "B (this tree)")):
         print(f"median {name}: {med[k][0]:.1f} MB/s, fetch {med[k][1]:.1f} MB/s, server CPU {med[k][2]:.2f} ms/MB")
     print(f"B/A, {args.record_bytes} B records, {args.isolation}, {args.runs} runs each: "

@@ -8,14 +8,13 @@ bench_kafka_raw.py. Fetch: a walk over what the run produced, one Fetch of at mo
 ``--batch-bytes`` at a time (one batch an answer). Prints each run and the medians of MB/s and of
 the server's CPU per request (user + system from /proc).
 
-Prepare A as bench/ab_kafka_consume.py says. Run:
+Prepare A as bench/ab_runs.py says. Run:
 ``.venv/bin/python bench/ab_kafka_requests.py /tmp/lk/prev/sidecar [--requests 10000] [--runs 6]``
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
 from bench.bench_kafka_raw import PRODUCE_TOPIC, produce_batch, produce_burst, walk  # noqa: E402
 from logkeeper.records.batch import BatchHeader  # noqa: E402
 from logkeeper.server.process import SidecarProcess  # noqa: E402
@@ -30,13 +30,12 @@ from logkeeper.server.process import SidecarProcess  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("baseline", help="the sidecar/ directory of the copy to run as A")
+    add_baseline(ap)
     ap.add_argument("--batch-bytes", type=int, default=16 << 10)
     ap.add_argument("--requests", type=int, default=10_000, help="Produce requests a run (and about as many fetches)")
     ap.add_argument("--runs", type=int, default=6)
     args = ap.parse_args(argv)
-    if not (Path(args.baseline) / "logkeeper").is_dir():
-        ap.error(f"{args.baseline} holds no logkeeper package")
+    check_baseline(ap, args.baseline)
     work = Path(tempfile.mkdtemp(prefix="ab-requests-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"]}, "topics": {PRODUCE_TOPIC: {"partitions": 1}}}
     sides = {"A": SidecarProcess(work / "a", conf, env={"PYTHONPATH": args.baseline}).start(),
@@ -48,21 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides.values():  # warm-up, not counted
             assert side.proc is not None
             produce_burst(side.kafka_bootstrap, side.proc.pid, batch, args.requests // 5)
-        for r in range(args.runs):
-            for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                side = sides[k]
-                assert side.proc is not None
-                p = produce_burst(side.kafka_bootstrap, side.proc.pid, batch, args.requests)
-                f = walk(side.kafka_bootstrap, side.proc.pid, PRODUCE_TOPIC, args.requests * per_batch,
-                         args.batch_bytes)
-                row = (p.mb_per_s, p.server_cpu_s / p.count * 1e6, f.mb_per_s, f.server_cpu_s / f.count * 1e6)
-                runs[k].append(row)
-                print(f"run {r} {k}: produce {row[0]:.1f} MB/s, {row[1]:.0f} us CPU a request; "
-                      f"fetch {row[2]:.1f} MB/s, {row[3]:.0f} us CPU a request", flush=True)
+        for r, k in alternated(args.runs):
+            side = sides[k]
+            assert side.proc is not None
+            p = produce_burst(side.kafka_bootstrap, side.proc.pid, batch, args.requests)
+            f = walk(side.kafka_bootstrap, side.proc.pid, PRODUCE_TOPIC, args.requests * per_batch, args.batch_bytes)
+            row = (p.mb_per_s, p.server_cpu_s / p.count * 1e6, f.mb_per_s, f.server_cpu_s / f.count * 1e6)
+            runs[k].append(row)
+            print(f"run {r} {k}: produce {row[0]:.1f} MB/s, {row[1]:.0f} us CPU a request; "
+                  f"fetch {row[2]:.1f} MB/s, {row[3]:.0f} us CPU a request", flush=True)
     finally:
         for side in sides.values():
             side.stop()
-    med = {k: [statistics.median(run[i] for run in v) for i in range(4)] for k, v in runs.items()}
+    med = medians(runs)
     for k, name in (("A", f"A ({args.baseline})"), ("B", "B (this tree)")):
         m = med[k]
         print(f"median {name}: produce {m[0]:.1f} MB/s, {m[1]:.0f} us CPU a request; "
