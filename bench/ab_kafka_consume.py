@@ -20,9 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
+from bench.ab_runs import add_baseline, alternated, check_baseline, medians, sidecars  # noqa: E402
 from bench.bench_kafka_perf import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
-from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
 
 
@@ -39,12 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="ab-consume-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}}
-    sides = {"A": SidecarProcess(work / "a", conf, env={"PYTHONPATH": args.baseline}).start(),
-             "B": SidecarProcess(work / "b", conf).start()}
-    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
+    runs: dict[str, list[tuple[float, float, float]]] = {"A": [], "B": []}
     case = ProducerCase("1", args.record_bytes, None)
     records = args.mb * 1_000_000 // args.record_bytes
-    try:
+    with sidecars(work, conf, args.baseline) as sides:
         for side in sides.values():
             create_topic(dist, side.kafka_bootstrap, case.topic)
             produce(dist, side.kafka_bootstrap, case, records)
@@ -57,9 +54,6 @@ def main(argv: list[str] | None = None) -> int:
             runs[k].append((c.mb_per_s, c.fetch_mb_per_s, cpu))
             print(f"run {r} {k}: {c.mb_per_s:.1f} MB/s, fetch {c.fetch_mb_per_s:.1f} MB/s, "
                   f"server CPU {cpu:.2f} ms/MB", flush=True)
-    finally:
-        for side in sides.values():
-            side.stop()
     med = medians(runs)
     for k, name in (("A", f"A ({args.baseline})"), ("B", "B (this tree)")):
         print(f"median {name}: {med[k][0]:.1f} MB/s, fetch {med[k][1]:.1f} MB/s, server CPU {med[k][2]:.2f} ms/MB")

@@ -22,10 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
+from bench.ab_runs import add_baseline, alternated, check_baseline, medians, sidecars  # noqa: E402
 from bench.bench_kafka_raw import PRODUCE_TOPIC, produce_batch, produce_burst, walk  # noqa: E402
 from logkeeper.records.batch import BatchHeader  # noqa: E402
-from logkeeper.server.process import SidecarProcess  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     check_baseline(ap, args.baseline)
     work = Path(tempfile.mkdtemp(prefix="ab-requests-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"]}, "topics": {PRODUCE_TOPIC: {"partitions": 1}}}
-    sides = {"A": SidecarProcess(work / "a", conf, env={"PYTHONPATH": args.baseline}).start(),
-             "B": SidecarProcess(work / "b", conf).start()}
     batch = produce_batch(batch_bytes=args.batch_bytes)
     per_batch = BatchHeader.parse(batch).record_count
-    runs: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in sides}
-    try:
+    runs: dict[str, list[tuple[float, float, float, float]]] = {"A": [], "B": []}
+    with sidecars(work, conf, args.baseline) as sides:
         for side in sides.values():  # warm-up, not counted
             assert side.proc is not None
             produce_burst(side.kafka_bootstrap, side.proc.pid, batch, args.requests // 5)
@@ -56,9 +53,6 @@ def main(argv: list[str] | None = None) -> int:
             runs[k].append(row)
             print(f"run {r} {k}: produce {row[0]:.1f} MB/s, {row[1]:.0f} us CPU a request; "
                   f"fetch {row[2]:.1f} MB/s, {row[3]:.0f} us CPU a request", flush=True)
-    finally:
-        for side in sides.values():
-            side.stop()
     med = medians(runs)
     for k, name in (("A", f"A ({args.baseline})"), ("B", "B (this tree)")):
         m = med[k]

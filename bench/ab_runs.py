@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from logkeeper.server.process import SidecarProcess
 
 
 def add_baseline(ap: argparse.ArgumentParser) -> None:
@@ -24,6 +28,15 @@ def add_baseline(ap: argparse.ArgumentParser) -> None:
 def check_baseline(ap: argparse.ArgumentParser, baseline: str) -> None:
     if not (Path(baseline) / "logkeeper").is_dir():
         ap.error(f"{baseline} holds no logkeeper package")
+
+
+@contextmanager
+def sidecars(work: Path, conf: Mapping[str, Any], baseline: str) -> Iterator[dict[str, SidecarProcess]]:
+    """Two sidecars with the same configuration, A running the package in ``baseline`` and B this
+    tree's, both stopped on the way out."""
+    with SidecarProcess(work / "a", dict(conf), env={"PYTHONPATH": baseline}) as a, \
+            SidecarProcess(work / "b", dict(conf)) as b:
+        yield {"A": a, "B": b}
 
 
 def alternated(runs: int) -> Iterator[tuple[int, str]]:
