@@ -6,7 +6,7 @@ records) as one block with the codec named by bits 0-2 of the batch attributes:
 | id | codec  | ``compression.type`` | block format written                                   |
 |----|--------|----------------------|--------------------------------------------------------|
 | 0  | none   | none                 | the records as they are                                |
-| 1  | gzip   | gzip                 | one gzip member (RFC 1952), deflate level 6            |
+| 1  | gzip   | gzip                 | one gzip member (RFC 1952), deflate level 6 (zlib-ng)  |
 | 2  | snappy | snappy               | xerial snappy-java stream framing of raw snappy blocks |
 | 3  | lz4    | lz4                  | LZ4 frame (v1.5.1 format) as Kafka's Lz4BlockOutputStream |
 | 4  | zstd   | zstd                 | one zstd frame (RFC 8878), level 3                     |
@@ -29,6 +29,12 @@ gzip (what Kafka's GzipOutputStream, a java.util.zip.GZIPOutputStream, writes on
 | 10   | data  | raw deflate stream, level 6 (``Deflater.DEFAULT_COMPRESSION``) |
 | end-8| CRC32 | uint32 LE, CRC-32 of the uncompressed bytes       |
 | end-4| ISIZE | uint32 LE, uncompressed length mod 2**32          |
+
+The deflate stream is zlib-ng's (the ``zlib-ng`` package), not zlib's as Java's Deflater writes:
+the same format and level, so any gzip reader (Java's GZIPInputStream, librdkafka, zlib) reads
+it, but not the same bytes. zlib-ng is faster both ways at the same level, for output within a
+few percent of zlib's size (bench/results/design_figures.md, "gzip through zlib-ng"); a
+mixed-codec log's cleaning is bound by its codecs, gzip's compression the largest part (issue 23).
 
 Reading accepts any gzip header flags and concatenated members. As Java's GZIPInputStream does,
 bytes after a complete member that do not start with a gzip header (``1f 8b 08``) are ignored.
@@ -87,15 +93,15 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 from logkeeper.errors import CompressionError, UnknownCodecError
 from logkeeper.records.batch_format import CODEC_MASK
 
-# cramjam (snappy, zstd) and lz4 are imported inside the codec functions: loading them takes a
-# noticeable part of a process's start, and many processes never meet a compressed batch.
+# zlib-ng (gzip), cramjam (snappy, zstd) and lz4 are imported inside the codec functions: loading
+# them takes a noticeable part of a process's start, and many processes never meet a compressed
+# batch.
 
 __all__ = [
     "GZIP_HEADER",
@@ -175,8 +181,10 @@ def codec_from_name(name: str) -> Codec:
 # Compression
 # ---------------------------------------------------------------------------------------------
 def _gzip_compress(data: memoryview) -> bytes:
-    deflated = zlib.compress(data, _GZIP_LEVEL, wbits=-zlib.MAX_WBITS)
-    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    from zlib_ng import zlib_ng
+
+    deflated = zlib_ng.compress(data, _GZIP_LEVEL, wbits=-zlib_ng.MAX_WBITS)
+    trailer = struct.pack("<II", zlib_ng.crc32(data), len(data) & 0xFFFFFFFF)
     return b"".join((GZIP_HEADER, deflated, trailer))
 
 
@@ -239,15 +247,17 @@ class _Corrupt(Exception):
 
 
 def _gzip_decompress(data: memoryview) -> bytes:
+    from zlib_ng import zlib_ng
+
     if not data:
         raise _Corrupt("empty input")
     members: list[bytes] = []
     start = 0
     while True:
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip wrapper only
+        inflater = zlib_ng.decompressobj(wbits=16 + zlib_ng.MAX_WBITS)  # gzip wrapper only
         try:
             members.append(inflater.decompress(data[start:]))
-        except zlib.error as exc:
+        except zlib_ng.error as exc:  # type: ignore[misc]  # the stub types it as an instance
             raise _Corrupt(f"member at byte {start}: {exc}") from None
         if not inflater.eof:
             raise _Corrupt(f"member at byte {start} is truncated")
