@@ -1,10 +1,12 @@
-"""A/B of `logkeeper clean`: the same W1-shaped log (bench_kafka_cleaner's workload) cleaned by
+"""A/B of `logkeeper clean`: the same W1-shaped log (bench_kafka_cleaner's workload), or with
+``--mixed-codecs N`` make interop step 4's mixed-codec one (bench_codec_ceiling's log), cleaned by
 another copy of the package (A, e.g. the commit before a change) and by this tree (B), each run
 on a fresh synced copy, the runs alternated so that the machine's drift falls on both. Prints
 each run's cleaning MB/s (the cleaner's stats line) and wall time, and the medians.
 
 Prepare A as bench/ab_runs.py says. Run:
-``.venv/bin/python bench/ab_clean.py /tmp/lk/prev/sidecar [--segments 4] [--segment-bytes 1048576] [--runs 4]``
+``.venv/bin/python bench/ab_clean.py /tmp/lk/prev/sidecar [--segments 4 | --mixed-codecs 1000000]
+[--segment-bytes 1048576] [--runs 4]``
 """
 
 from __future__ import annotations
@@ -23,9 +25,23 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
-from bench_kafka_cleaner import make_log_dir  # noqa: E402
+from bench_cleaner import finish_log_dir  # noqa: E402
+from bench_kafka_cleaner import TOPIC, make_log_dir  # noqa: E402
 
+from logkeeper.log.log import Log  # noqa: E402
+from logkeeper.log.log_config import LogConfig  # noqa: E402
 from tests.kafka.kafka_harness import parse_cleaner_stats  # noqa: E402
+from tests.kafka.workloads import append_workload, keyed_workload  # noqa: E402
+
+
+def make_mixed_log_dir(root: Path, records: int, segment_bytes: int) -> None:
+    """A log directory of step 4's workload (bench_codec_ceiling's shape) as logkeeper writes it."""
+    part = root / f"{TOPIC}-0"
+    log = Log(part, LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": segment_bytes}))
+    append_workload(log, keyed_workload(records, keys=max(1, records // 10), seed=44, value_bytes=60, run=5_000),
+                    batch_records=250)
+    log.close()
+    finish_log_dir(root, part)
 
 
 def clean(work: Path, segment_bytes: int, pythonpath: str | None) -> tuple[float, float]:
@@ -48,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_baseline(ap)
     ap.add_argument("--segments", type=int, default=4, help="W1 segments of 1M records (1: ~119 MB)")
+    ap.add_argument("--mixed-codecs", type=int, default=0, metavar="RECORDS",
+                    help="clean this many records of step 4's mixed-codec workload instead of W1 segments")
     ap.add_argument("--segment-bytes", type=int, default=1 << 20)
     ap.add_argument("--runs", type=int, default=4)
     args = ap.parse_args(argv)
@@ -55,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="ab-clean-", dir="/var/tmp"))  # a disk, not a tmpfs
     try:
         src = root / "src"
-        make_log_dir(src, args.segments, 1_000_000, args.segment_bytes, 7)
+        if args.mixed_codecs:
+            make_mixed_log_dir(src, args.mixed_codecs, args.segment_bytes)
+        else:
+            make_log_dir(src, args.segments, 1_000_000, args.segment_bytes, 7)
         subprocess.run(["sync"], check=True)
         runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
         for r, k in alternated(args.runs):

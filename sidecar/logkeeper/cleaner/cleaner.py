@@ -41,6 +41,7 @@ from ..log.segment import LogSegment
 from .filter import SegmentFilter
 from .group_writer import GroupWriter, group_uppers, write_batches
 from .grouping import group_segments_by_size
+from .inflated import InflatedBatches, inflated_budget
 from .map_builder import MapBuilder
 from .offset_map import OffsetMap
 from .producers import LastRecord, last_records_of_active_producers
@@ -113,7 +114,9 @@ class Cleaner:
                   live: LiveRound) -> tuple[int, CleanerStats]:
         log = cleanable.log
         upper_bound = cleanable.first_uncleanable_offset
-        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound, self.offset_map, stats)
+        inflated = InflatedBatches(inflated_budget(self.offset_map.capacity_slots))
+        self.build_offset_map(log, cleanable.first_dirty_offset, upper_bound, self.offset_map, stats,
+                              inflated=inflated)
         end_offset = self.offset_map.latest_offset + 1
         stats.index_done()
         txns = CleanedTransactionMetadata()
@@ -129,16 +132,17 @@ class Cleaner:
         for i, batch in enumerate(batches):
             # the last step's directory fsync of a batch is the next batch's first (replace.py)
             self.clean_groups(log, groups[batch.start:batch.stop], self.offset_map, now_ms, stats, txns, upper_bound,
-                              last_records=last_records, aborted=aborted, sync_renamed=i == len(batches) - 1)
+                              last_records=last_records, aborted=aborted, sync_renamed=i == len(batches) - 1,
+                              inflated=inflated)
         stats.buffer_utilization = self.offset_map.utilization
         stats.all_done()
         return end_offset, stats
 
     def build_offset_map(self, log: Log, start: int, end: int, offset_map: OffsetMap,
-                         stats: CleanerStats) -> None:
+                         stats: CleanerStats, *, inflated: InflatedBatches | None = None) -> None:
         builder = MapBuilder(io_buffer_size=self.io_buffer_size, max_io_buffer_size=self.max_io_buffer_size,
                              load_factor=self.load_factor, check_done=self._checker(log),
-                             throttler=self.throttler)
+                             throttler=self.throttler, inflated=inflated)
         builder.build(log, start, end, offset_map, stats)
 
     def clean_segments(self, log: Log, segments: Sequence[LogSegment], offset_map: OffsetMap,
@@ -150,7 +154,7 @@ class Cleaner:
     def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], offset_map: OffsetMap,
                      now_ms: int, stats: CleanerStats, txns: CleanedTransactionMetadata, upper_bound: int, *,
                      last_records: dict[int, LastRecord] | None = None, aborted: AbortedTxns | None = None,
-                     sync_renamed: bool = True) -> None:
+                     sync_renamed: bool = True, inflated: InflatedBatches | None = None) -> None:
         """Clean the groups into segments (group_writer.py: consecutive small ones merged), then
         swap them all in for the groups in one replacement (one fsync of each file, two of the
         directory for all of them)."""
@@ -168,7 +172,7 @@ class Cleaner:
             sources = [[(seg, aborted.collect(seg.base_offset, up)) for seg, up in zip(segments, ups)]
                        for segments, ups in zip(groups, uppers)]
             filt = SegmentFilter(now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
-                                 check_done=self._checker(log), throttler=self.throttler)
+                                 check_done=self._checker(log), throttler=self.throttler, inflated=inflated)
             filt.clean_groups_into(sources, writer.open, writer.finish, offset_map, txns, last_records, upper_bound,
                                    stats)
             for cleaned in writer.written:

@@ -61,6 +61,7 @@ from ..records.scan import BatchTable, walk_error
 from . import filter_kernels as fk
 from .ahead import Ahead
 from .exact import ExactDecisions
+from .inflated import InflatedBatches
 from .offset_map import OffsetMap, fresh_state
 from .producers import LastRecord
 from .segment_view import RecordAreas, SegmentView, record_areas
@@ -127,7 +128,8 @@ class _Window:
 
 class SegmentFilter:
     def __init__(self, *, now_ms: int, delete_retention_ms: int, check_done: Callable[[], None],
-                 throttler: Throttler | None = None) -> None:
+                 throttler: Throttler | None = None, inflated: InflatedBatches | None = None) -> None:
+        self.inflated = inflated  # batches the map's build decompressed (inflated.py)
         self.now_ms = now_ms
         self.delete_retention_ms = delete_retention_ms
         self.check_done = check_done
@@ -275,7 +277,7 @@ class SegmentFilter:
     def _decide(self, view: SegmentView, lo: int, hi: int, mode: np.ndarray, offset_map: KeyDecisions) -> Decisions:
         """decide_kernel over the window [lo, hi): which records stay (reads the map only)."""
         t = view.table
-        areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE)
+        areas = record_areas(view, lo, hi, skip=mode == fk.FILTER_DELETE, take_from=self.inflated)
         rows = np.zeros(hi - lo, dtype=fk.WINDOW_ROW)
         for field, column in (("position", t.position), ("size", t.size), ("crc", t.crc),
                               ("record_count", t.record_count), ("base_offset", t.base_offset),

@@ -33,6 +33,7 @@ from ..records.scan import walk_error
 from ..records.scan_kernels import ERR_NONE
 from . import map_kernel as mk
 from .ahead import Ahead
+from .inflated import InflatedBatches
 from .offset_map import OffsetMap
 from .segment_view import RecordAreas, SegmentView, record_areas
 from .stats import CleanerStats
@@ -80,7 +81,9 @@ class HashedWindow:
 
 class MapBuilder:
     def __init__(self, *, io_buffer_size: int, max_io_buffer_size: int, load_factor: float,
-                 check_done: CheckDone, throttler: Throttler | None = None) -> None:
+                 check_done: CheckDone, throttler: Throttler | None = None,
+                 inflated: InflatedBatches | None = None) -> None:
+        self.inflated = inflated  # keeps what the build decompresses for the round's cleaning pass
         self.io_buffer_size = io_buffer_size
         self.max_io_buffer_size = max_io_buffer_size
         self.load_factor = load_factor
@@ -113,7 +116,7 @@ class MapBuilder:
                     yield _Window(segment, lo, hi, last=i == len(spans) - 1)
 
         def hash_window(w: _Window) -> HashedWindow:  # on the helper thread
-            return self._hash_window(w, start, state)
+            return self._hash_window(w, start, state, self.inflated)
 
         try:
             # One stream of windows over every dirty segment: the next segment is parsed and hashed
@@ -150,13 +153,14 @@ class MapBuilder:
         return mode
 
     @staticmethod
-    def _hash_window(w: _Window, start: int, state: npt.NDArray[np.void]) -> HashedWindow:
+    def _hash_window(w: _Window, start: int, state: npt.NDArray[np.void],
+                     inflated: InflatedBatches | None = None) -> HashedWindow:
         """Parse the window's batches and hash their keys (hash_kernel; no GIL; of the map only
         its secret, in ``state``)."""
         view, mode, lo, hi = w.segment.view, w.segment.mode[w.lo:w.hi], w.lo, w.hi
         t = view.table
         skip = mode != mk.MAP_DATA
-        areas = record_areas(view, lo, hi, skip=skip)
+        areas = record_areas(view, lo, hi, skip=skip, keep_into=inflated)
         rows_view = mk.rows_of(areas, t.record_count[lo:hi], t.base_offset[lo:hi], t.last_offset[lo:hi], mode)
         if lo == hi:  # an empty segment's one window
             return HashedWindow(w, areas, rows_view, np.empty((0, 3), dtype=np.int64), 0, ERR_NONE, 0, 0)

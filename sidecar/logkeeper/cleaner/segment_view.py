@@ -29,6 +29,7 @@ from ..records.batch_format import CODEC_MASK, HEADER_SIZE
 from ..records.codec_pool import codec_map
 from ..records.compression import Codec, decompress
 from ..records.scan import BatchTable, ScanStop, scan_batches
+from .inflated import InflatedBatches
 
 _EMPTY = np.frombuffer(b"\x00", dtype=np.uint8)
 
@@ -111,9 +112,12 @@ class RecordAreas:
     end: I64
 
 
-def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_] | None = None) -> RecordAreas:
+def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_] | None = None, *,
+                 keep_into: InflatedBatches | None = None, take_from: InflatedBatches | None = None) -> RecordAreas:
     """Record areas of rows [lo, hi); compressed batches are decompressed, except where ``skip``
-    (one flag a row of the window) is set."""
+    (one flag a row of the window) is set. ``keep_into``: the decompressed records are offered to
+    it; ``take_from``: a batch's records kept there are used instead of decompressing it
+    (inflated.py: the map's build keeps, the cleaning pass takes)."""
     table = view.table
     positions = table.position[lo:hi]
     start = positions + HEADER_SIZE
@@ -128,9 +132,14 @@ def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_
     cursor = 0
     mm_view = view.buf.data
     row_list = rows.tolist()
+    records = view.segment.log
 
     def inflate(i: int) -> bytes:
         pos = int(positions[i])
+        if take_from is not None:
+            kept = take_from.take(records, pos)
+            if kept is not None:
+                return kept
         try:
             return decompress(Codec(int(codecs[i])), mm_view[pos + HEADER_SIZE:int(end[i])], pos)
         except CorruptRecordError as e:
@@ -139,6 +148,9 @@ def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_
             raise CorruptRecordError(pos, str(e), view.path) from None
 
     parts = codec_map(inflate, row_list)  # on every core (records/codec_pool.py); the first error in row order
+    if keep_into is not None:
+        for i, data in zip(row_list, parts, strict=True):
+            keep_into.keep(records, int(positions[i]), data)
     for i, data in zip(row_list, parts, strict=True):
         start[i] = cursor
         cursor += len(data)
