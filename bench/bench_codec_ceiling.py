@@ -1,5 +1,5 @@
 """The codec-bound ceiling of cleaning a mixed-codec log: decompressing and recompressing every
-compressed batch of it, nothing else, on one thread and on a pool of threads (the codec libraries
+compressed batch of it, nothing else, on one thread and on the cleaner's codec pool (the codec libraries
 release the GIL), as MB/s of the log's bytes (issue 23, point 3).
 
 The log is make interop's step-4 workload as logkeeper writes it (tests/kafka/workloads.py: keyed
@@ -20,7 +20,6 @@ import struct
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from side_by_side import date_and_commit, machine_line, parse_bench_args  # noqa
 
 from logkeeper.log.log import Log  # noqa: E402
 from logkeeper.log.log_config import LogConfig  # noqa: E402
+from logkeeper.records.codec_pool import POOL_THREADS, codec_map  # noqa: E402
 from logkeeper.records.compression import Codec, compress, decompress  # noqa: E402
 from tests.kafka.workloads import append_workload, keyed_workload  # noqa: E402
 
@@ -60,13 +60,14 @@ def recompress(item: tuple[Codec, memoryview]) -> int:
 
 
 def timed(items: list[tuple[Codec, memoryview]], threads: int) -> float:
+    """Seconds to recompress every item on one thread, or through the cleaner's codec pool
+    (records/codec_pool.py: one run of consecutive items a thread, ``threads`` being its size)."""
     started = time.perf_counter()
     if threads == 1:
         for item in items:
             recompress(item)
     else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(recompress, items, chunksize=64))
+        codec_map(recompress, items)
     return time.perf_counter() - started
 
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     items = batches(data)
     mb = len(data) / (1 << 20)
     rows = []
-    for threads in sorted({1, 2, os.cpu_count() or 2}):
+    for threads in sorted({1, POOL_THREADS}):
         best = min(timed(items, threads) for _ in range(args.repeat))
         rows.append((threads, best, mb / best))
         print(f"codec ceiling, {threads} thread(s): {mb / best:.1f} MB/s of the log ({best:.2f} s)", flush=True)

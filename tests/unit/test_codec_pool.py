@@ -14,7 +14,7 @@ from logkeeper.records.compression import Codec, compress, decompress
 
 
 def test_results_in_order_and_the_first_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec_pool, "_THREADS", 2)
+    monkeypatch.setattr(codec_pool, "POOL_THREADS", 2)
     items = list(range(100))
     assert codec_map(lambda x: x * 2, items) == [x * 2 for x in items]
 
@@ -30,7 +30,7 @@ def test_results_in_order_and_the_first_error(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
 def test_round_trips_through_the_pool(codec: Codec, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec_pool, "_THREADS", 2)
+    monkeypatch.setattr(codec_pool, "POOL_THREADS", 2)
     payloads = [bytes([i % 251]) * (1000 + i) for i in range(64)]
     packed = codec_map(lambda p: compress(codec, p), payloads)
     assert codec_map(lambda c: decompress(codec, c), packed) == payloads
@@ -39,7 +39,7 @@ def test_round_trips_through_the_pool(codec: Codec, monkeypatch: pytest.MonkeyPa
 def test_one_run_of_items_per_thread_the_first_on_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not a task per item (a submit and a wake-up per batch): one run of consecutive items per
     thread, the caller computing the first."""
-    monkeypatch.setattr(codec_pool, "_THREADS", 3)
+    monkeypatch.setattr(codec_pool, "POOL_THREADS", 3)
     by_thread: dict[int, list[int]] = {}
 
     def note(x: int) -> int:
@@ -54,7 +54,7 @@ def test_one_run_of_items_per_thread_the_first_on_the_callers(monkeypatch: pytes
 
 def test_an_error_returns_only_once_no_item_is_still_running(monkeypatch: pytest.MonkeyPatch) -> None:
     """The items point into the caller's buffers (a mapped segment it closes on the error)."""
-    monkeypatch.setattr(codec_pool, "_THREADS", 2)
+    monkeypatch.setattr(codec_pool, "POOL_THREADS", 2)
     running: list[int] = []
 
     def slow_after_fail(x: int) -> int:

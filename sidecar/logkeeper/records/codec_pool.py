@@ -21,24 +21,24 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MIN_ITEMS = 4  # fewer are not worth handing over
-_THREADS = min(os.cpu_count() or 1, 8)
+POOL_THREADS = min(os.cpu_count() or 1, 8)
 _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
 def codec_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     n = len(items)
-    if n < MIN_ITEMS or _THREADS < 2:
+    if n < MIN_ITEMS or POOL_THREADS < 2:
         return [fn(x) for x in items]
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="codec")
+            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="codec")
         pool = _pool
     # One run of consecutive items per thread, the first on the caller's: a task per item (what
     # ThreadPoolExecutor.map does; it ignores chunksize) cost a submit and a wake-up per batch,
     # which with 250-record batches was a visible part of a mixed-codec round.
-    parts = min(_THREADS, n)
+    parts = min(POOL_THREADS, n)
     bounds = [n * k // parts for k in range(parts + 1)]
 
     def run(k: int) -> list[R]:
