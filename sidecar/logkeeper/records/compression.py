@@ -33,7 +33,7 @@ gzip (what Kafka's GzipOutputStream, a java.util.zip.GZIPOutputStream, writes on
 The deflate stream is zlib-ng's (the ``zlib-ng`` package), not zlib's as Java's Deflater writes:
 the same format and level, so any gzip reader (Java's GZIPInputStream, librdkafka, zlib) reads
 it, but not the same bytes. zlib-ng is faster both ways at the same level, for output within a
-few percent of zlib's size (bench/results/design_figures.md, "gzip through zlib-ng"); a
+few percent of zlib's size (bench/results/codec_ceiling.md, the gzip batches alone); a
 mixed-codec log's cleaning is bound by its codecs, gzip's compression the largest part (issue 23).
 
 Reading accepts any gzip header flags and concatenated members. As Java's GZIPInputStream does,
