@@ -9,7 +9,8 @@ bench_kafka_raw.py. Fetch: a walk over what the run produced, one Fetch of at mo
 the server's CPU per request (user + system from /proc).
 
 Prepare A as bench/ab_runs.py says. Run:
-``.venv/bin/python bench/ab_kafka_requests.py /tmp/lk/prev/sidecar [--requests 10000] [--runs 6]``
+``.venv/bin/python bench/ab_kafka_requests.py /tmp/lk/prev/sidecar [--requests 10000] [--runs 6]
+[--value-bytes 1000]``
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_baseline(ap)
     ap.add_argument("--batch-bytes", type=int, default=16 << 10)
+    ap.add_argument("--value-bytes", type=int, default=1000,
+                    help="each record's value (100: ProducerPerformance's 100 B rows, ~150 records a batch)")
     ap.add_argument("--requests", type=int, default=10_000, help="Produce requests a run (and about as many fetches)")
     ap.add_argument("--runs", type=int, default=6)
     args = ap.parse_args(argv)
     check_baseline(ap, args.baseline)
     work = Path(tempfile.mkdtemp(prefix="ab-requests-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"]}, "topics": {PRODUCE_TOPIC: {"partitions": 1}}}
-    batch = produce_batch(batch_bytes=args.batch_bytes)
+    batch = produce_batch(args.value_bytes, batch_bytes=args.batch_bytes)
     per_batch = BatchHeader.parse(batch).record_count
     runs: dict[str, list[tuple[float, float, float, float]]] = {"A": [], "B": []}
     with sidecars(work, conf, args.baseline) as sides:
