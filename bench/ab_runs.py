@@ -12,6 +12,7 @@ there: ``PYTHONPATH=/tmp/lk/prev/sidecar python -m logkeeper.aot.build --force``
 from __future__ import annotations
 
 import argparse
+import compileall
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,8 +27,15 @@ def add_baseline(ap: argparse.ArgumentParser) -> None:
 
 
 def check_baseline(ap: argparse.ArgumentParser, baseline: str) -> None:
+    """Refuse a baseline that holds no package; then compile both trees' modules. A process of
+    either side would otherwise compile what has no current bytecode on every start (the copy A
+    was made from an archive has none; make setup runs with PYTHONDONTWRITEBYTECODE=1, so a
+    module edited since is compiled again by each process): a cost in one side's wall time that
+    is not the code's."""
     if not (Path(baseline) / "logkeeper").is_dir():
         ap.error(f"{baseline} holds no logkeeper package")
+    for tree in (Path(baseline), Path(__file__).resolve().parents[1] / "sidecar"):
+        compileall.compile_dir(tree, quiet=1)
 
 
 @contextmanager
