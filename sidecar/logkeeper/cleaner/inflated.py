@@ -15,7 +15,7 @@ full map, batches the pass skips) goes with it.
 
 The budget is half the offset map's memory (``inflated_budget``: log.cleaner.dedupe.buffer.size
 over log.cleaner.threads, 64 MiB a thread by default): a user who sizes the cleaner's memory
-sizes this with it, and a round holds at most 1.5 times what the dedupe buffer names.
+sizes this with it, and the map and this hold at most 1.5 times a thread's share of the buffer.
 
 Threads: the build keeps from its hashing threads and the pass takes from its decompressing
 ones (ahead.py, codec_pool.py); one lock.
@@ -39,7 +39,7 @@ class InflatedBatches:
         self._used = 0
         self._held: dict[tuple[object, int], bytes] = {}
         self._lock = threading.Lock()
-        self.kept = 0  # batches kept and taken, for tests and the round's figures
+        self.kept = 0  # batches kept and taken (tests read them)
         self.taken = 0
 
     def keep(self, records: object, position: int, data: bytes) -> None:
