@@ -3,6 +3,7 @@ after each numbered step of a segment replacement (replace.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -245,6 +246,40 @@ def test_a_torn_transaction_index_is_rebuilt(tmp_path: Path, clean: bool) -> Non
     assert again.log_end_offset == 4
     again.close()
     assert txn_index.read_bytes() == good
+
+
+def test_the_load_looks_for_a_transaction_index_only_where_the_listing_has_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most segments have no .txnindex, and trying to open each one was a good part of loading
+    a segment: the loader takes their absence from the directory's listing. A segment that has
+    one still loads its aborted transactions (and a clean load no longer tries the others)."""
+    log = make_log(tmp_path, PROPS)
+    for _ in range(10):
+        log.append(batch(3))
+    txn = TxnProducer(log, 7)
+    txn.append([0, 1])
+    txn.abort()
+    for _ in range(10):
+        log.append(batch(3))
+    with_txn = [s.base_offset for s in log.segments.values() if s.txn_index.path.exists()]
+    assert len(with_txn) == 1 and len(log.segments) > 3
+    end = log.log_end_offset
+    log.flush()
+    log.close()
+    tried: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: object, *args: object, **kw: object) -> int:
+        if str(path).endswith(names.TXN_INDEX_SUFFIX):
+            tried.append(Path(str(path)).name)
+        return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", counting_open)
+    again = reopen(tmp_path, recovery_point=end, had_clean_shutdown=True)
+    assert tried == [names.filename_prefix(with_txn[0]) + names.TXN_INDEX_SUFFIX]
+    aborted = [(t.producer_id, t.first_offset) for s in again.segments.values() for t in s.txn_index.entries]
+    assert aborted == [(7, 30)]
+    again.close()
 
 
 def test_bogus_index_files_are_removed(tmp_path: Path) -> None:

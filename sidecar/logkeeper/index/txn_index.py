@@ -44,17 +44,22 @@ class AbortedTxn(NamedTuple):
 
 
 class TransactionIndex:
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, *, absent: bool = False) -> None:
+        """``absent``: the caller listed the directory and found no such file (a log's load: most
+        segments have none, and trying to open each was a good part of loading a segment), so
+        it is not looked for."""
         self._path = as_path(path)
         self.base_offset = base_offset
         self._lock = threading.Lock()
         # a damaged file (a power cut tore its last entry) is not an error of opening: the segment's
         # sanity check raises it, and the loader rebuilds the index from the log as it does the others
         self._corrupt: CorruptIndexError | None = None
-        try:
-            self._entries: list[AbortedTxn] = self._read()
-        except CorruptIndexError as e:
-            self._corrupt, self._entries = e, []
+        self._entries: list[AbortedTxn] = []
+        if not absent:
+            try:
+                self._entries = self._read()
+            except CorruptIndexError as e:
+                self._corrupt = e
 
     @property
     def path(self) -> Path:

@@ -94,9 +94,11 @@ class LogLoader:
     report: LoadReport = field(default_factory=LoadReport)
     segments: LogSegments = field(default_factory=LogSegments)
 
-    def open_segment(self, base_offset: int, temp_suffix: str = "", *, open_indexes: bool = True) -> LogSegment:
+    def open_segment(self, base_offset: int, temp_suffix: str = "", *, open_indexes: bool = True,
+                     txn_index_absent: bool = False) -> LogSegment:
         return LogSegment.for_config(self.dir, base_offset, self.config, rolling_jitter_ms=self.jitter_ms,
-                                     clock_ms=self.clock_ms, temp_suffix=temp_suffix, open_indexes=open_indexes)
+                                     clock_ms=self.clock_ms, temp_suffix=temp_suffix, open_indexes=open_indexes,
+                                     txn_index_absent=txn_index_absent)
 
     # ------------------------------------------------------------------ passes
     def load(self) -> LoadedLog:
@@ -194,7 +196,10 @@ class LogLoader:
                 except ValueError:
                     log.warning("ignoring %s: not a segment file name", self.dir / name)
                     continue
-                seg = self.open_segment(offset, open_indexes=name == active)
+                # nothing else writes the directory while it loads: the listing says which
+                # segments have a .txnindex (most have none; looking for each costs a failed open)
+                txn_absent = names.filename_prefix(offset) + names.TXN_INDEX_SUFFIX not in present
+                seg = self.open_segment(offset, open_indexes=name == active, txn_index_absent=txn_absent)
                 self.segments.add(seg)
                 try:
                     seg.sanity_check()

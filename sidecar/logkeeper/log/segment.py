@@ -87,13 +87,15 @@ class LogSegment:
                    max_index_size: int | None = None, rolling_jitter_ms: int = 0,
                    clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                    temp_suffix: str = "", writable: bool = True,
-                   lazy_index_blocks: bool = False, open_indexes: bool = True) -> LogSegment:
+                   lazy_index_blocks: bool = False, open_indexes: bool = True,
+                   txn_index_absent: bool = False) -> LogSegment:
         """A segment indexed as the log's config says: the one way the log, its loader, the
         cleaner's offload and the Spark job open segments, so an index setting cannot be missed."""
         return cls(directory, base_offset, index_interval_bytes=config.index_interval_bytes,
                    max_index_size=max_index_size or config.max_index_size,
                    rolling_jitter_ms=rolling_jitter_ms, clock_ms=clock_ms, temp_suffix=temp_suffix,
-                   writable=writable, lazy_index_blocks=lazy_index_blocks, open_indexes=open_indexes)
+                   writable=writable, lazy_index_blocks=lazy_index_blocks, open_indexes=open_indexes,
+                   txn_index_absent=txn_index_absent)
 
     def __init__(
         self,
@@ -108,9 +110,11 @@ class LogSegment:
         writable: bool = True,
         lazy_index_blocks: bool = False,
         open_indexes: bool = True,
+        txn_index_absent: bool = False,
     ) -> None:
         """``open_indexes=False``: the offset and time indexes open when first used (a segment
-        loaded from disk: lazy_index.py); a missing one is then made by recovery, not here."""
+        loaded from disk: lazy_index.py); a missing one is then made by recovery, not here.
+        ``txn_index_absent``: the directory's listing has no ``.txnindex`` for it (txn_index.py)."""
         self.directory = as_path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -131,7 +135,8 @@ class LogSegment:
                 lambda path: TimeIndex(path, base_offset, max_index_size, writable, lazy_index_blocks),
                 rebuild, opened=open_indexes)
             self.txn_index = TransactionIndex(
-                names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset)
+                names.segment_file(d, base_offset, names.TXN_INDEX_SUFFIX, temp_suffix), base_offset,
+                absent=txn_index_absent)
         except BaseException:
             # e.g. ENOSPC allocating an index on a full disk: release what was opened (the map and
             # descriptors would pin the files of a directory that is going offline)
