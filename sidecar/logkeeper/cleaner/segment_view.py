@@ -148,10 +148,9 @@ def record_areas(view: SegmentView, lo: int, hi: int, skip: npt.NDArray[np.bool_
             raise CorruptRecordError(pos, str(e), view.path) from None
 
     parts = codec_map(inflate, row_list)  # on every core (records/codec_pool.py); the first error in row order
-    if keep_into is not None:
-        for i, data in zip(row_list, parts, strict=True):
-            keep_into.keep(records, int(positions[i]), data)
     for i, data in zip(row_list, parts, strict=True):
+        if keep_into is not None:
+            keep_into.keep(records, int(positions[i]), data)
         start[i] = cursor
         cursor += len(data)
         end[i] = cursor

@@ -1,6 +1,6 @@
 """Compressing and decompressing many batches at once on a pool of threads (issue 23).
 
-The codec libraries (zlib, cramjam's snappy/lz4/zstd) release the GIL while they work, so the
+The codec libraries (zlib-ng, cramjam, lz4) release the GIL while they work, so the
 batches of a cleaning window are (de)compressed on every core: a mixed-codec log's cleaning is
 bound by its codecs (bench/results/codec_ceiling.md). ``codec_map(fn, items)`` is
 ``[fn(x) for x in items]`` with the same order of results and the same first error (the earliest
