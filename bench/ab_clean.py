@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from ab_runs import add_baseline, alternated, check_baseline, medians  # noqa: E402
+from ab_runs import add_baseline, alternated, medians, prepare_baseline  # noqa: E402
 from bench_cleaner import finish_log_dir  # noqa: E402
 from bench_kafka_cleaner import TOPIC, make_log_dir  # noqa: E402
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segment-bytes", type=int, default=1 << 20)
     ap.add_argument("--runs", type=int, default=4)
     args = ap.parse_args(argv)
-    check_baseline(ap, args.baseline)
+    prepare_baseline(ap, args.baseline)
     root = Path(tempfile.mkdtemp(prefix="ab-clean-", dir="/var/tmp"))  # a disk, not a tmpfs
     try:
         src = root / "src"
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {r} {k}: {mb_s:.1f} MB/s cleaning, process {wall:.2f} s", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    (a, a_wall), (b, b_wall) = medians(runs)["A"], medians(runs)["B"]
+    med = medians(runs)
+    (a, a_wall), (b, b_wall) = med["A"], med["B"]
     print(f"median A ({args.baseline}): {a:.1f} MB/s, process {a_wall:.2f} s; B (this tree): {b:.1f} MB/s, "
           f"process {b_wall:.2f} s; B/A {b / a:.2f}x")
     return 0

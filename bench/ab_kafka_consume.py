@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_runs import add_baseline, alternated, check_baseline, medians, sidecars  # noqa: E402
+from bench.ab_runs import add_baseline, alternated, medians, prepare_baseline, sidecars  # noqa: E402
 from bench.bench_kafka_perf import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
                     help="the consumer's isolation.level (read_committed: librdkafka's default)")
     args = ap.parse_args(argv)
-    check_baseline(ap, args.baseline)
+    prepare_baseline(ap, args.baseline)
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="ab-consume-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"], "group.initial.rebalance.delay.ms": 0}}

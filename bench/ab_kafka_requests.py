@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_runs import add_baseline, alternated, check_baseline, medians, sidecars  # noqa: E402
+from bench.ab_runs import add_baseline, alternated, medians, prepare_baseline, sidecars  # noqa: E402
 from bench.bench_kafka_raw import PRODUCE_TOPIC, produce_batch, produce_burst, walk  # noqa: E402
 from logkeeper.records.batch import BatchHeader  # noqa: E402
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=10_000, help="Produce requests a run (and about as many fetches)")
     ap.add_argument("--runs", type=int, default=6)
     args = ap.parse_args(argv)
-    check_baseline(ap, args.baseline)
+    prepare_baseline(ap, args.baseline)
     work = Path(tempfile.mkdtemp(prefix="ab-requests-"))
     conf = {"sidecar": {"kafka.listen": ["127.0.0.1:0"]}, "topics": {PRODUCE_TOPIC: {"partitions": 1}}}
     batch = produce_batch(args.value_bytes, batch_bytes=args.batch_bytes)

@@ -26,7 +26,7 @@ def add_baseline(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("baseline", help="the sidecar/ directory of the copy to run as A")
 
 
-def check_baseline(ap: argparse.ArgumentParser, baseline: str) -> None:
+def prepare_baseline(ap: argparse.ArgumentParser, baseline: str) -> None:
     """Refuse a baseline that holds no package; then compile both trees' modules. A process of
     either side would otherwise compile what has no current bytecode on every start (the copy A
     was made from an archive has none; make setup runs with PYTHONDONTWRITEBYTECODE=1, so a
