@@ -18,6 +18,10 @@ The tools and both servers share this machine's 2 cores, and a tool's client is 
 the run: then the throughput ratio says more about the client's share of the CPU than about the
 server. So each run also records the CPU time the server process used (user + system, from
 /proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
+Beside it, each producer row gives the tool's own CPU time (user + system of its JVM, from the
+kernel's accounting of the reaped child) and how much of it the JVM spent compiling (its
+``-XX:+CITime`` total): every run is a fresh JVM, so its JIT compiles the client's paths while
+it produces, on the same 2 cores as the server.
 
 With ``--pin`` both servers run on one core of their own (the last; every thread, as
 ``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,6 +69,8 @@ TOOL_TIMEOUT_S = 300  # one tool run; a hung server fails the benchmark instead 
 MIB = 1 << 20
 SERVERS = ("logkeeper", "kafka")
 
+# -XX:+CITime's line at the JVM's exit: "  Total compilation time   :   4.123 s"
+_JIT_TOTAL = re.compile(r"Total compilation time\s*:\s*([\d.]+) s")
 # "1000000 records sent, 533000.5 records/sec (50.83 MB/sec), 45.23 ms avg latency, 207.00 ms max
 # latency, 40 ms 50th, 150 ms 95th, 200 ms 99th, 207 ms 99.9th."
 _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -93,6 +100,8 @@ class Produced:
     p50_ms: float
     p99_ms: float
     server_cpu_ms_per_mb: float = 0.0
+    tool_cpu_s: float = 0.0  # the tool JVM's user + system CPU
+    tool_jit_s: float = 0.0  # of its time, compiling (-XX:+CITime's total)
 
 
 @dataclass(frozen=True)
@@ -137,8 +146,16 @@ def pin_process(pid: int, cpus: set[int]) -> None:
             pass  # the thread ended meanwhile
 
 
-def run_tool(dist: KafkaDist, main: str, args: list[str]) -> str:
-    cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
+def children_cpu_s() -> float:
+    """User + system CPU of this process's reaped children so far (the tools: each run is reaped
+    before the call returns; the servers run on and are not counted)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_tool(dist: KafkaDist, main: str, args: list[str], jvm: tuple[str, ...] = ()) -> str:
+    cmd = ["java", *PERF_JVM_OPTS, *jvm, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main,
+           *args]
     cpus = TOOL_CPUS
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
                           preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
@@ -152,13 +169,19 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -
     props = [f"bootstrap.servers={bootstrap}", f"acks={case.acks}", "linger.ms=5", "compression.type=none"]
     if case.batch_bytes is not None:
         props += [f"batch.size={case.batch_bytes}", f"buffer.memory={max(64 * MIB, 4 * case.batch_bytes)}"]
+    cpu_before = children_cpu_s()
     out = run_tool(dist, PRODUCER, ["--topic", case.topic, "--num-records", str(records), "--record-size",
-                                    str(case.record_bytes), "--throughput", "-1", "--producer-props", *props])
+                                    str(case.record_bytes), "--throughput", "-1", "--producer-props", *props],
+                   jvm=("-XX:+CITime",))
+    tool_cpu = children_cpu_s() - cpu_before
+    jit = _JIT_TOTAL.search(out)
     finals = list(_PRODUCED.finditer(out))  # the last line is the whole run's (the others: 5-second windows)
     m = finals[-1] if finals else None
     if m is None or int(m[1]) != records:
         raise RuntimeError(f"ProducerPerformance to {bootstrap}: no final line for {records} records:\n{out[-2000:]}")
-    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]))
+    if jit is None:
+        raise RuntimeError(f"ProducerPerformance to {bootstrap}: no -XX:+CITime total:\n{out[-2000:]}")
+    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=float(jit[1]))
 
 
 def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation: str = "read_uncommitted") -> Consumed:
@@ -238,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                             produced.setdefault((case.name, server), []).append(p)
                         print(f"{label}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
                               f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms, "
-                              f"server CPU {p.server_cpu_ms_per_mb:.1f} ms/MB", flush=True)
+                              f"server CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, tool CPU {p.tool_cpu_s:.1f} s "
+                              f"(JIT {p.tool_jit_s:.1f} s)", flush=True)
                 if counted:
                     loads.append(os.getloadavg()[0])
                 for size in (100, 1000):
@@ -279,6 +303,10 @@ def _cpu(runs: list[Produced] | list[Consumed]) -> str:
     return f"{_med([r.server_cpu_ms_per_mb for r in runs]):.1f}"
 
 
+def _tool(runs: list[Produced]) -> str:
+    return f"{_med([r.tool_cpu_s for r in runs]):.1f} ({_med([r.tool_jit_s for r in runs]):.1f})"
+
+
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
            produced: dict[tuple[str, str], list[Produced]], consumed: dict[tuple[str, str], list[Consumed]],
            loads: list[float], seconds: float,
@@ -300,7 +328,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
                     f"| {_med([p.records_per_s for p in kf]):,.0f} "
                     f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {_med([p.p50_ms for p in lk]):.0f} / "
                     f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
-                    f"| {_cpu(lk)} / {_cpu(kf)} |")
+                    f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} |")
     crow = []
     for size in (100, 1000):
         name = f"consume {size} B"
@@ -317,8 +345,9 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
                     f"| {_cpu(clk)} / {_cpu(ckf)} |")
     detail = []
     for (name, server), ps in sorted(produced.items()):
-        detail.append(f"- {server}, {name}: " + "; ".join(f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms "
-                                                          f"CPU {p.server_cpu_ms_per_mb:.1f} ms/MB" for p in ps))
+        detail.append(f"- {server}, {name}: " + "; ".join(
+            f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, "
+            f"tool CPU {p.tool_cpu_s:.1f} s (JIT {p.tool_jit_s:.1f} s)" for p in ps))
     for (name, server), cs in sorted(consumed.items()):
         detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms "
                                                           f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
@@ -341,8 +370,9 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         f"![ratios]({'kafka_perf.svg' if pinning is None else 'kafka_perf_pinned.svg'})",
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
-        "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
+        "| tool CPU s (of it JIT compiling) (lk / kafka) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
         "",
         f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",
