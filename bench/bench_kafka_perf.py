@@ -19,9 +19,10 @@ the run: then the throughput ratio says more about the client's share of the CPU
 server. So each run also records the CPU time the server process used (user + system, from
 /proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
 Beside it, each producer row gives the tool's own CPU time (user + system of its JVM, from the
-kernel's accounting of the reaped child) and how much of it the JVM spent compiling (its
-``-XX:+CITime`` total): every run is a fresh JVM, so its JIT compiles the client's paths while
-it produces, on the same 2 cores as the server.
+kernel's accounting of the reaped child) and how much of it went to the JVM's JIT compiler
+threads (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
+tenth of a second may be missing): every run is a fresh JVM whose JIT compiles the client's paths
+while it produces, on the same 2 cores as the server.
 
 With ``--pin`` both servers run on one core of their own (the last; every thread, as
 ``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
@@ -45,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -69,8 +71,9 @@ TOOL_TIMEOUT_S = 300  # one tool run; a hung server fails the benchmark instead 
 MIB = 1 << 20
 SERVERS = ("logkeeper", "kafka")
 
-# -XX:+CITime's line at the JVM's exit: "  Total compilation time   :   4.123 s"
-_JIT_TOTAL = re.compile(r"Total compilation time\s*:\s*([\d.]+) s")
+# HotSpot's JIT threads, as /proc names them (15 characters): "C1 CompilerThre", "C2 CompilerThre"
+_COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+SAMPLE_S = 0.1
 # "1000000 records sent, 533000.5 records/sec (50.83 MB/sec), 45.23 ms avg latency, 207.00 ms max
 # latency, 40 ms 50th, 150 ms 95th, 200 ms 99th, 207 ms 99.9th."
 _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -101,7 +104,7 @@ class Produced:
     p99_ms: float
     server_cpu_ms_per_mb: float = 0.0
     tool_cpu_s: float = 0.0  # the tool JVM's user + system CPU
-    tool_jit_s: float = 0.0  # of its time, compiling (-XX:+CITime's total)
+    tool_jit_s: float = 0.0  # of it, its JIT compiler threads'
 
 
 @dataclass(frozen=True)
@@ -153,16 +156,46 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_tool(dist: KafkaDist, main: str, args: list[str], jvm: tuple[str, ...] = ()) -> str:
-    cmd = ["java", *PERF_JVM_OPTS, *jvm, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main,
-           *args]
+def compiler_cpu_s(pid: int, seen: dict[int, float]) -> None:
+    """Record in ``seen`` (thread id -> seconds) the CPU time so far of each JIT compiler thread
+    of process ``pid``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return  # exited
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")] in _COMPILER_THREADS:
+            fields = stat.rsplit(")", 1)[1].split()
+            seen[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+
+
+def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
+    """The tool's standard output and its JIT compiler threads' CPU seconds."""
+    cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
     cpus = TOOL_CPUS
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
-                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus)) as proc:
+        outputs: list[str] = []
+        reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
+        reader.start()
+        compilers: dict[int, float] = {}
+        deadline = time.monotonic() + TOOL_TIMEOUT_S
+        while reader.is_alive() and time.monotonic() < deadline:
+            compiler_cpu_s(proc.pid, compilers)
+            reader.join(SAMPLE_S)
+        if reader.is_alive():
+            proc.kill()
+            reader.join()
+            raise RuntimeError(f"{main} {' '.join(args)}: no exit in {TOOL_TIMEOUT_S} s")
+    out, err = outputs
     if proc.returncode != 0:
-        raise RuntimeError(f"{main} {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                           f"{proc.stderr[-3000:]}")
-    return proc.stdout
+        raise RuntimeError(f"{main} {' '.join(args)} failed (exit {proc.returncode}):\n{out[-3000:]}\n{err[-3000:]}")
+    return out, sum(compilers.values())
 
 
 def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -> Produced:
@@ -170,18 +203,14 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -
     if case.batch_bytes is not None:
         props += [f"batch.size={case.batch_bytes}", f"buffer.memory={max(64 * MIB, 4 * case.batch_bytes)}"]
     cpu_before = children_cpu_s()
-    out = run_tool(dist, PRODUCER, ["--topic", case.topic, "--num-records", str(records), "--record-size",
-                                    str(case.record_bytes), "--throughput", "-1", "--producer-props", *props],
-                   jvm=("-XX:+CITime",))
+    out, jit_cpu = run_tool(dist, PRODUCER, ["--topic", case.topic, "--num-records", str(records), "--record-size",
+                                             str(case.record_bytes), "--throughput", "-1", "--producer-props", *props])
     tool_cpu = children_cpu_s() - cpu_before
-    jit = _JIT_TOTAL.search(out)
     finals = list(_PRODUCED.finditer(out))  # the last line is the whole run's (the others: 5-second windows)
     m = finals[-1] if finals else None
     if m is None or int(m[1]) != records:
         raise RuntimeError(f"ProducerPerformance to {bootstrap}: no final line for {records} records:\n{out[-2000:]}")
-    if jit is None:
-        raise RuntimeError(f"ProducerPerformance to {bootstrap}: no -XX:+CITime total:\n{out[-2000:]}")
-    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=float(jit[1]))
+    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=jit_cpu)
 
 
 def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation: str = "read_uncommitted") -> Consumed:
@@ -192,7 +221,7 @@ def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation
     with tempfile.NamedTemporaryFile("w", suffix=".properties") as conf:
         conf.write(f"isolation.level={isolation}\n")
         conf.flush()
-        out = run_tool(dist, CONSUMER, [*args, "--consumer.config", conf.name])
+        out, _ = run_tool(dist, CONSUMER, [*args, "--consumer.config", conf.name])
     lines = [line for line in out.splitlines() if line.strip()]
     header = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)
     if header is None or header + 1 >= len(lines):
@@ -371,7 +400,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
-        "| tool CPU s (of it JIT compiling) (lk / kafka) |",
+        "| tool CPU s (of it its JIT compiler threads) (lk / kafka) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
         "",
