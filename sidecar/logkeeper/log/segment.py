@@ -22,19 +22,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverflowError
+from ..errors import CorruptRecordError, LogSegmentOffsetOverflowError
 from ..fileio import as_path
 from ..index.lazy_index import LazyIndex
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
 from ..records.batch_format import HEADER_SIZE
-from ..records.scan import ScanStop, first_crc_mismatch, scan_batches
-from . import names
+from . import names, segment_recovery
 from .file_records import FileRecords, LogOffsetPosition, RecordsSlice, WouldBlock
 from .index_plan import IndexPlan, IndexState, plan_index_entries
-from .index_rebuild import plan_from_log, plan_of, refill, refill_offset_index, refill_time_index
+from .index_rebuild import plan_from_log, refill
 from .log_config import LogConfig
+from .segment_recovery import RecoveryResult
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,6 @@ class FetchData(NamedTuple):
         if isinstance(self.records, RecordsSlice):
             raise TypeError("the records of a zero_copy read are in their file, not in memory")
         return self.records
-
-
-class RecoveryResult(NamedTuple):
-    """What recovering a segment found: bytes kept and cut, batches read, and why it cut."""
-
-    truncated_bytes: int
-    valid_bytes: int
-    batches: int
-    reason: str  # "" when the segment was intact
 
 
 class LogSegment:
@@ -365,53 +356,21 @@ class LogSegment:
             return "relative offset overflow"
         return None
 
-    # ------------------------------------------------------------------ recovery
+    # ------------------------------------------------------------------ recovery (segment_recovery.py)
     def recover(self) -> RecoveryResult:
-        """Validate every batch, cut the invalid tail, rebuild the offset and time indexes.
-
-        Stops at the first batch that is torn, too short, of a foreign magic, fails its CRC or
-        holds an offset below the segment's base or not above the previous batch's last offset
-        (baseOffset is outside the CRC: a flipped bit there must not reach the indexes out of
-        order); everything from there on is truncated. A
-        batch beyond base + 2^31 - 1 raises LogSegmentOffsetOverflowError instead (the loader
-        splits such a segment).
-        The transaction index is reset; the log rebuilds it from producer state.
-        """
+        """segment_recovery.recover; the transaction index is reset (the log rebuilds it)."""
         self.txn_index.reset()
-        reason = ""
-        with self.log.mapped() as buf:
-            table = scan_batches(buf, 0, self.log.size_in_bytes)
-            n = len(table)
-            bad = first_crc_mismatch(buf, table)
-        if bad >= 0:
-            n, reason = bad, f"CRC mismatch at position {int(table.position[bad])}"
-        last_offsets = table.last_offset[:n]
-        overflow = np.flatnonzero(last_offsets - self.base_offset > INT32_MAX)
-        previous_end = np.concatenate(([self.base_offset], last_offsets[:-1] + 1))[:n]
-        below = np.flatnonzero(table.base_offset[:n] < previous_end)
-        if overflow.size and (below.size == 0 or overflow[0] < below[0]):
-            # not corruption: a segment from an old cleaner; the loader splits it (KAFKA-6264)
-            raise LogSegmentOffsetOverflowError(self.base_offset, int(last_offsets[overflow[0]]),
-                                                str(self.log.path))
-        if below.size:
-            n = int(below[0])
-            reason = (f"offset {int(table.base_offset[n])} below the segment base or the previous batch "
-                      f"at position {int(table.position[n])}")
-        if not reason and table.stop_reason != ScanStop.END:
-            reason = f"{table.stop_reason.words} at position {table.stop_position}"
-        valid_bytes = int(table.position[n - 1] + table.size[n - 1]) if n else 0
-        plan = plan_of(table, n, self.base_offset, self.index_interval_bytes)
-        # opened without their sanity checks: they are rebuilt here
-        refill_offset_index(self._offset_index.get(checked=False), plan, self.max_index_size)
-        refill_time_index(self._time_index.get(checked=False), plan, self.max_index_size)
+        result, plan = segment_recovery.recover(self.log, self.base_offset, self.index_interval_bytes,
+                                                self._offset_index.get(checked=False),
+                                                self._time_index.get(checked=False), self.max_index_size)
         self.bytes_since_last_index_entry = plan.bytes_since_last_entry
         self.set_max_timestamp(plan.max_timestamp, plan.offset_of_max_timestamp)
-        truncated = self.log.size_in_bytes - valid_bytes
-        if truncated > 0:
-            log.warning("truncating %s at position %d (%s): %d invalid bytes", self.log.path,
-                        valid_bytes, reason, truncated)
-            self.log.truncate_to(valid_bytes)
-        return RecoveryResult(truncated, valid_bytes, n, reason if truncated > 0 else "")
+        return result
+
+    def sanity_check(self) -> None:
+        """FileNotFoundError or CorruptIndexError for a missing or damaged index."""
+        segment_recovery.check_indexes(self.log, self._offset_index, self._time_index)
+        self.txn_index.sanity_check()
 
     def _rebuild_from_log(self, index: OffsetIndex | TimeIndex) -> None:
         """Refill an index opened lazily that failed its sanity check (lazy_index.py), and put it
@@ -429,27 +388,6 @@ class LogSegment:
         self.time_index.append_many(*plan.time_entries)
         self.bytes_since_last_index_entry = plan.bytes_since_last_entry
         self.set_max_timestamp(plan.max_timestamp, plan.offset_of_max_timestamp)
-
-    def sanity_check(self) -> None:
-        """Raise FileNotFoundError for a missing offset or time index and CorruptIndexError for
-        one that is damaged: the loader rebuilds both from the log. An index not opened yet is
-        checked by its file alone (there, and whole entries long: lazy_index.py); its entries
-        are checked when it opens."""
-        for lazy, kind in ((self._offset_index, OffsetIndex), (self._time_index, TimeIndex)):
-            if lazy.is_open:
-                index = lazy.get()
-                if index.created:  # made empty by this open
-                    raise FileNotFoundError(f"{kind.__name__} of {self.log.path} is missing")
-                index.sanity_check()
-                continue
-            try:
-                length = lazy.file_length()
-            except FileNotFoundError:
-                raise FileNotFoundError(f"{kind.__name__} of {self.log.path} is missing") from None
-            if length % kind.entry_size:
-                raise CorruptIndexError(f"corrupt {kind.__name__} {lazy.path}: length {length} bytes is not "
-                                        f"a multiple of {kind.entry_size}")
-        self.txn_index.sanity_check()
 
     # ------------------------------------------------------------------ truncation and life cycle
     def truncate_to(self, offset: int) -> int:
