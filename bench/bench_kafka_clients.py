@@ -180,12 +180,11 @@ def report(args: argparse.Namespace, command: str, names: list[str],
             rates.append(rate)
             cells.append(f"{rate:,.0f} ({rate * record_bytes / 1e6:.1f})")
         lines.append(f"| {op} | " + " | ".join(cells) + f" | {rates[0] / rates[1]:.2f} |")
-    lines += ["", "The machine is shared (2 cores, other builds and tests running), the client competes with the "
-              "server for the cores, and each measurement lasts seconds: rounds of the same server differ by up to "
-              "2x (the JVM's warm-up among it), so read the ratios as orders of magnitude. Both servers come close "
-              "to what the Python client loop itself reaches here (one produce() or poll() call a record), so these "
-              "figures bound the sidecar from below rather than measure its ceiling. Kafka fsyncs nothing per "
-              "request either (flush by the OS), as the sidecar.",
+    lines += ["", "The client competes with the server for the 2 cores, and each measurement lasts seconds: "
+              "rounds of the same server differ by up to 2x (the JVM's warm-up among it), so read the ratios as "
+              "orders of magnitude. Both servers come close to what the Python client loop itself reaches here "
+              "(one produce() or poll() call a record), so these figures bound the sidecar from below rather than "
+              "measure its ceiling. Kafka fsyncs nothing per request either (flush by the OS), as the sidecar.",
               "", "Every round (seconds):", ""]
     for (n, op), secs in sorted(results.items()):
         lines.append(f"- {n}, {op}: " + ", ".join(f"{s:.2f}" for s in secs))

@@ -401,8 +401,8 @@ def main() -> None:
         date_and_commit(),
         f"- machine: nproc {os.cpu_count()}, {cpu_model()}, Python {platform.python_version()}, "
         f"numpy {np.__version__}; load average {', '.join(f'{x:.1f}' for x in load_start)} at the start, "
-        f"{', '.join(f'{x:.1f}' for x in load_end)} at the end (a shared machine: other engineers' tests ran "
-        "meanwhile; compare the ratios measured in this run, not absolute seconds)",
+        f"{', '.join(f'{x:.1f}' for x in load_end)} at the end (this host's speed varies by "
+        "2x over hours: compare the ratios measured in this run, not absolute seconds)",
         f"- plot: [{results.stem}.svg]({results.stem}.svg) (wall time against backlog keys, one line a path)",
         "",
         "",
