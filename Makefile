@@ -168,16 +168,19 @@ bench: setup
 # logkeeper side by side with a real Kafka (make interop's release, fetched with kafka-tools):
 # Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
 # KRaft broker (bench/results/kafka_perf.md; again with each server on a core of its own and the
-# tools on the other: kafka_perf_pinned.md), raw 1 MiB Fetch and Produce requests and 16 KiB Produce requests from one
-# socket against both (kafka_raw.md: the server's side, no Java client in the way), then both log
+# tools on the other: kafka_perf_pinned.md; the default-batch producer cases again with the
+# tool's JIT warmed by a first pass in its JVM: kafka_perf_warm.md), raw 1 MiB Fetch and Produce
+# requests and 16 KiB Produce requests from one socket against both (kafka_raw.md: the server's
+# side, no Java client in the way), then both log
 # cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
-# 20-30 min on 2 cores.
+# 30-40 min on 2 cores.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
 	$(PY) bench/bench_kafka_perf.py
 	$(PY) bench/bench_kafka_perf.py --pin
+	$(PY) bench/bench_kafka_perf.py --warm-tool
 	$(PY) bench/bench_kafka_raw.py
 	$(PY) bench/bench_kafka_cleaner.py
 

@@ -29,10 +29,18 @@ With ``--pin`` both servers run on one core of their own (the last; every thread
 with the core it would have in a deployment, not with what the tool leaves it; its results go
 to kafka_perf_pinned.md (+ .svg) and its lines name the pinning.
 
+With ``--warm-tool`` only the default-batch producer cases run, each in a JVM that runs
+ProducerPerformance twice (bench/WarmProducerPerformance.java: the same arguments, a new producer
+each pass); the first pass warms the tool's JIT and is not counted, the figures are the second
+pass's own final line (the server's CPU is counted over both passes, the tool's over its whole
+JVM: both passes and java compiling the launcher from source). Results: kafka_perf_warm.md
+(+ .svg), lines named "tool JIT warm".
+
 Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s,
 ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
 
-Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3] [--pin]``.
+Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3]
+[--pin | --warm-tool]``.
 """
 
 from __future__ import annotations
@@ -61,9 +69,8 @@ from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import LOG4J_TOOLS, Broker, KafkaDist, fetch_kafka  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kafka_perf.md"
-PLOT = REPO / "bench" / "results" / "kafka_perf.svg"
-PINNED_RESULTS = REPO / "bench" / "results" / "kafka_perf_pinned.md"
-PINNED_PLOT = REPO / "bench" / "results" / "kafka_perf_pinned.svg"
+WARM_PRODUCER = REPO / "bench" / "WarmProducerPerformance.java"  # run by java's source-file mode
+WARM_PASSES = 2
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 PERF_JVM_OPTS = ("-Xmx1g", "-XX:+UseG1GC")
@@ -94,6 +101,21 @@ class ProducerCase:
     @property
     def topic(self) -> str:
         return f"perf-{self.acks}-{self.record_bytes}-{self.batch_bytes or 0}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A way of running the cases: where its results go and how its title, lines and load line
+    name it."""
+
+    results: str  # the results file's name without .md (the plot: + .svg)
+    title: str  # "" or ", ..." after the page's and the plot's title
+    line_suffix: str  # "" or ", ..." after each printed line's case
+    placement: str  # where the tools and servers run, for the load line
+    warm_tool: bool = False
+
+
+UNPINNED = Variant("kafka_perf", "", "", "tools, server and the idle other server share the 2 cores")
 
 
 @dataclass(frozen=True)
@@ -198,13 +220,19 @@ def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
     return out, sum(compilers.values())
 
 
-def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int) -> Produced:
+def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int, warm_tool: bool = False) -> Produced:
+    """ProducerPerformance's figures for ``records`` of ``case``; with ``warm_tool``, of the last
+    of WARM_PASSES runs of it in one JVM."""
     props = [f"bootstrap.servers={bootstrap}", f"acks={case.acks}", "linger.ms=5", "compression.type=none"]
     if case.batch_bytes is not None:
         props += [f"batch.size={case.batch_bytes}", f"buffer.memory={max(64 * MIB, 4 * case.batch_bytes)}"]
     cpu_before = children_cpu_s()
-    out, jit_cpu = run_tool(dist, PRODUCER, ["--topic", case.topic, "--num-records", str(records), "--record-size",
-                                             str(case.record_bytes), "--throughput", "-1", "--producer-props", *props])
+    tool_args = ["--topic", case.topic, "--num-records", str(records), "--record-size", str(case.record_bytes),
+                 "--throughput", "-1", "--producer-props", *props]
+    if warm_tool:
+        out, jit_cpu = run_tool(dist, str(WARM_PRODUCER), [str(WARM_PASSES), *tool_args])
+    else:
+        out, jit_cpu = run_tool(dist, PRODUCER, tool_args)
     tool_cpu = children_cpu_s() - cpu_before
     finals = list(_PRODUCED.finditer(out))  # the last line is the whole run's (the others: 5-second windows)
     m = finals[-1] if finals else None
@@ -242,16 +270,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="payload MB a producer case (bounds its records)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--pin", action="store_true", help="the servers on the last core, the tools on the others")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--pin", action="store_true", help="the servers on the last core, the tools on the others")
+    mode.add_argument("--warm-tool", action="store_true",
+                      help="the default-batch producer cases only, the tool's JIT warmed by a first pass in its JVM")
     args, command = parse_bench_args(ap, "bench_kafka_perf.py", argv)
     global TOOL_CPUS
     server_cpus: set[int] | None = None
+    variant = UNPINNED
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) < 2:
             ap.error(f"--pin needs 2 CPUs, this process has {len(cpus)}")
         TOOL_CPUS, server_cpus = set(cpus[:-1]), {cpus[-1]}
-    cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)]
+        variant = Variant("kafka_perf_pinned", ", each server on a core of its own", ", server on its own core",
+                          f"servers pinned to CPU {cpus[-1]}, the tools to CPU {', '.join(map(str, cpus[:-1]))} "
+                          "(every thread)")
+    elif args.warm_tool:
+        variant = Variant("kafka_perf_warm", ", the tool's JIT warm", ", tool JIT warm",
+                          f"tools, server and the idle other server share the 2 cores; each producer run a JVM "
+                          f"running ProducerPerformance {WARM_PASSES} times (bench/WarmProducerPerformance.java), "
+                          "the last pass counted", warm_tool=True)
+    cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)
+             if not (variant.warm_tool and batch is not None)]
+    passes = WARM_PASSES if variant.warm_tool else 1
     dist = fetch_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-perf-"))
     produced: dict[tuple[str, str], list[Produced]] = {}
@@ -283,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 for case in cases:
                     records = args.mb * 1_000_000 // case.record_bytes
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
-                        p, cpu = with_server_cpu(pids[server], records * case.record_bytes / 1e6,
-                                                 produce, dist, bootstrap[server], case, records)
+                        p, cpu = with_server_cpu(pids[server], records * case.record_bytes * passes / 1e6,
+                                                 produce, dist, bootstrap[server], case, records, variant.warm_tool)
                         p = replace(p, server_cpu_ms_per_mb=cpu)
                         if counted:
                             produced.setdefault((case.name, server), []).append(p)
@@ -294,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"(JIT {p.tool_jit_s:.1f} s)", flush=True)
                 if counted:
                     loads.append(os.getloadavg()[0])
-                for size in (100, 1000):
+                for size in () if variant.warm_tool else (100, 1000):
                     topic = ProducerCase("1", size, None).topic
                     records = args.mb * 1_000_000 // size * (r + 2)  # every round (the warm-up too) appended that many
                     for server in (SERVERS if r % 2 == 0 else SERVERS[::-1]):
@@ -311,14 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             broker.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    pinning = None if server_cpus is None else (f"servers pinned to CPU {min(server_cpus)}, the tools to CPU "
-                                                 f"{', '.join(map(str, sorted(TOOL_CPUS or ())))}")
     text, bars, lines = report(command, args, dist.version, cases, produced, consumed, loads,
-                               time.monotonic() - started, pinning)
-    results, plot = (RESULTS, PLOT) if pinning is None else (PINNED_RESULTS, PINNED_PLOT)
+                               time.monotonic() - started, variant)
+    results, plot = RESULTS.with_name(f"{variant.results}.md"), RESULTS.with_name(f"{variant.results}.svg")
     results.write_text(text)
-    title = "logkeeper / Kafka 4.1.2, Kafka's perf tools (MB/s ratio; 1 = parity)"
-    plot.write_text(svg_bars(title if pinning is None else f"{title}, each server on a core of its own", bars))
+    plot.write_text(svg_bars(f"logkeeper / Kafka 4.1.2, Kafka's perf tools (MB/s ratio; 1 = parity){variant.title}",
+                             bars))
     print("\n".join(lines))
     print(f"(written to {results.relative_to(REPO)} and {plot.relative_to(REPO)})")
     return 0
@@ -339,8 +379,8 @@ def _tool(runs: list[Produced]) -> str:
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
            produced: dict[tuple[str, str], list[Produced]], consumed: dict[tuple[str, str], list[Consumed]],
            loads: list[float], seconds: float,
-           pinning: str | None = None) -> tuple[str, list[tuple[str, float]], list[str]]:
-    suffix = "" if pinning is None else ", server on its own core"
+           variant: Variant = UNPINNED) -> tuple[str, list[tuple[str, float]], list[str]]:
+    suffix = variant.line_suffix
     lines: list[str] = []
     bars: list[tuple[str, float]] = []
     rows = []
@@ -359,7 +399,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
                     f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
                     f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} |")
     crow = []
-    for size in (100, 1000):
+    for size in (100, 1000) if consumed else ():
         name = f"consume {size} B"
         clk, ckf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
         lk_mb, kf_mb = _med([c.mb_per_s for c in clk]), _med([c.mb_per_s for c in ckf])
@@ -382,7 +422,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
                                                           f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
     text = "\n".join([
         "# Kafka's perf tools against the sidecar and against Apache Kafka"
-        + ("" if pinning is None else ", each server on a core of its own"),
+        + variant.title,
         "",
         f"- command: `{command}` (`make bench-kafka`)",
         date_and_commit(),
@@ -392,11 +432,10 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         f"- load: {args.mb} MB of payload a producer case (100 B: {args.mb * 10_000:,} records; 1,000 B: "
         f"{args.mb * 1000:,}), one partition, linger.ms 5, no compression, `--throughput -1`; both servers "
         f"warmed up first (a round of every case, not counted); median of {args.rounds} rounds, "
-        "servers alternating first; " + ("tools, server and the idle other server share the 2 cores" if pinning is None
-                                          else f"{pinning} (every thread)"),
+        "servers alternating first; " + variant.placement,
         f"- 1-minute load average after each round: {', '.join(f'{x:.1f}' for x in loads)}; whole run {seconds:.0f} s",
         "",
-        f"![ratios]({'kafka_perf.svg' if pinning is None else 'kafka_perf_pinned.svg'})",
+        f"![ratios]({variant.results}.svg)",
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
@@ -406,11 +445,9 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",
         "",
-        "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | fetch-only MB/s (lk / kafka) "
-        "| group join ms (lk / kafka) | server CPU ms per MB (lk / kafka) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *crow,
-        "",
+        *(["| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio "
+            "| fetch-only MB/s (lk / kafka) | group join ms (lk / kafka) | server CPU ms per MB (lk / kafka) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|", *crow, ""] if crow else []),
         "The lines `make bench-kafka` printed:",
         "",
         "```",
