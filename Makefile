@@ -174,7 +174,7 @@ bench: setup
 # side, no Java client in the way), then both log
 # cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
-# 30-40 min on 2 cores.
+# About 25 min on 2 cores.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import CorruptIndexError, LogSegmentOffsetOverflowError
+from ..index.abstract_index import INT32_MAX
 from ..index.lazy_index import LazyIndex
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
@@ -24,8 +25,6 @@ from .index_plan import IndexPlan
 from .index_rebuild import plan_of, refill_offset_index, refill_time_index
 
 log = logging.getLogger(__name__)
-
-INT32_MAX = (1 << 31) - 1
 
 
 class RecoveryResult(NamedTuple):
