@@ -115,7 +115,8 @@ class Variant:
     warm_tool: bool = False
 
 
-UNPINNED = Variant("kafka_perf", "", "", "tools, server and the idle other server share the 2 cores")
+SHARED_CORES = "tools, server and the idle other server share the 2 cores"
+UNPINNED = Variant("kafka_perf", "", "", SHARED_CORES)
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,15 @@ class Consumed:
     server_cpu_ms_per_mb: float = 0.0
 
 
+def stat_cpu_s(stat: str) -> float:
+    """User + system CPU seconds in the text of a /proc/.../stat file (a process's or a thread's)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
 
 
 def per_mb(cpu_s: float, mb: float) -> float:
@@ -181,7 +187,6 @@ def children_cpu_s() -> float:
 def compiler_cpu_s(pid: int, seen: dict[int, float]) -> None:
     """Record in ``seen`` (thread id -> seconds) the CPU time so far of each JIT compiler thread
     of process ``pid``."""
-    ticks = os.sysconf("SC_CLK_TCK")
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -192,8 +197,7 @@ def compiler_cpu_s(pid: int, seen: dict[int, float]) -> None:
         except OSError:
             continue
         if stat[stat.index("(") + 1:stat.rindex(")")] in _COMPILER_THREADS:
-            fields = stat.rsplit(")", 1)[1].split()
-            seen[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+            seen[int(task.name)] = stat_cpu_s(stat)
 
 
 def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                           "(every thread)")
     elif args.warm_tool:
         variant = Variant("kafka_perf_warm", ", the tool's JIT warm", ", tool JIT warm",
-                          f"tools, server and the idle other server share the 2 cores; each producer run a JVM "
+                          f"{SHARED_CORES}; each producer run a JVM "
                           f"running ProducerPerformance {WARM_PASSES} times (bench/WarmProducerPerformance.java), "
                           "the last pass counted", warm_tool=True)
     cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)
