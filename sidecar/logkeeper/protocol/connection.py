@@ -15,10 +15,15 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    (backpressure: the client waits in TCP);
 3. the frame's buffer is taken from the listener's FrameCache (memory_pool.py: an anonymous mmap
    for big frames, whose pages exist only as bytes arrive, reused for the next frames) and filled
-   from the socket; bytes past it (a pipelined next request, or one sent while the answer is
-   written) are read ahead into a spill of at most 8 KiB, then the socket is paused (the connection is muted
-   while its request is handled, as Kafka does, so requests are answered in order). Pausing only
-   then spares two epoll_ctl calls a request to a client that waits for its answers;
+   from the socket: a rest of ``DIRECT_READ`` bytes or more straight into it, a smaller rest
+   through the scratch buffer with up to ``READ_AHEAD`` bytes of what follows, so that a client
+   that pipelines requests of a few KiB (the Java producer's 16 KiB batches, 5 in flight) has
+   the rest of one request and the start of the next in one read and one pass of the event
+   loop, not two each. Bytes past the frame (a pipelined next request, or one sent while the
+   answer is written) are read ahead into a spill of at most 8 KiB, then the socket is paused
+   (the connection is muted while its request is handled, as Kafka does, so requests are
+   answered in order). A read alone stays under that pause: pausing only then spares two
+   epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
    (waiting while the transport's buffer is full: a client that does not read its answers goes
    idle, holding no pool memory), and the next size is read. A fetch answer's records on a
@@ -73,14 +78,19 @@ log = logging.getLogger(__name__)
 SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
 AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
-SPILL_CHUNK = 4 * 1024
 TLS_WRITE_CHUNK = 256 * 1024  # an answer is written over TLS this much at a time (_write_tls)
 SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
-# One scratch buffer for every connection's read-ahead: a transport calls get_buffer, fills the
+# What one read takes past its target (the 4-byte size, a frame's rest): a pipelined next
+# request's size and first bytes. Below SPILL_PAUSE, so one read never mutes the connection.
+READ_AHEAD = SPILL_PAUSE - 4
+# A frame's rest this big is read straight into the frame's buffer (no copy: a 1 MiB produce);
+# a smaller one goes through the scratch buffer, copied once, with READ_AHEAD of what follows.
+DIRECT_READ = 64 * 1024
+# One scratch buffer for every connection's reads: a transport calls get_buffer, fills the
 # buffer and calls buffer_updated in one go on the loop's thread, and buffer_updated copies it out
 # at once, so no connection needs its own (one each made a flood of connections cost far more
 # memory: bench/results/design_figures.md: connection, scratch buffer).
-_SCRATCH = memoryview(bytearray(SPILL_CHUNK))
+_SCRATCH = memoryview(bytearray(DIRECT_READ + READ_AHEAD))
 _EMPTY = memoryview(b"")  # the target between a finished frame and the next size: bytes read then spill
 SPILL_MAX = 1024 * 1024  # a transport that delivers this much past a pause is broken: close
 SASL_KEYS = (m.SASL_HANDSHAKE, m.SASL_AUTHENTICATE)
@@ -151,7 +161,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._spill = bytearray()
         self._direct = False  # get_buffer gave the current buffer itself, not _SCRATCH
         self._reading_ready = endpoint.tls is None  # False until start_tls hands over its transport
-        self._wakeup = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # _fill's wait for bytes or the end (_wake)
         self._closed = False
         self._eof = False
         self._write_paused = False
@@ -175,14 +185,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         left = len(self._view) - self._filled
-        self._direct = left >= SPILL_CHUNK
+        self._direct = left >= DIRECT_READ
         if self._direct:  # a big rest of a frame: straight into its buffer
             return self._view[self._filled:]
-        # A small rest (a frame's 4-byte size, a small request, the end of a big one) is read with
+        # A smaller rest (a frame's 4-byte size, a small request, the end of a big one) is read with
         # what follows it through the scratch buffer: a small request then takes one read and one
-        # pass of the event loop, not two (its size, then its body). What is past the current
-        # buffer is read-ahead (the next request's first bytes), up to SPILL_PAUSE.
-        return _SCRATCH
+        # pass of the event loop, not two (its size, then its body), and a pipelined one's rest
+        # comes with the next one's start. What is past the current buffer is read-ahead.
+        return _SCRATCH[:left + READ_AHEAD]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._direct:
@@ -198,18 +208,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             if len(self._spill) >= SPILL_PAUSE:
                 self._pause()  # muted: a pipelining client waits in TCP until its turn
-        self._wakeup.set()
+        self._wake()
 
     def eof_received(self) -> bool:
         # the client may have half-closed after its last request: it still gets its answer, then the
         # connection closes (TLS has no half-close: asyncio closes it whatever we answer)
         self._eof = True
-        self._wakeup.set()
+        self._wake()
         return self.endpoint.tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._wakeup.set()
+        self._wake()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         self.listener.forget(self)
@@ -242,11 +252,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while self._filled < len(self._view):
             if self._closed or self._eof:
                 return False
-            self._wakeup.clear()
+            # a bare future, not an asyncio.Event: this wait is made once a request, and the event's
+            # bookkeeping (its loop check, its list of waiters) showed in a profile of small produces
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
             if self._reading_ready:
                 self.transport.resume_reading()
-            await self._wakeup.wait()
+            await waiter
         return True
+
+    def _wake(self) -> None:
+        """Bytes arrived, or the connection ended: _fill looks again."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _abort(self, why: str) -> None:
         log.warning("kafka: closing the connection from %s: %s", self.peer_host, why)
@@ -255,7 +273,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._wakeup.set()
+            self._wake()
             if self._sending is not None:
                 # closing the transport drops the sendfile's wait for the socket: it would never end
                 self._sending.cancel()
