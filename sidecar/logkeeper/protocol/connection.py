@@ -15,15 +15,11 @@ after they closed). Here the socket's bytes go straight into the buffer they bel
    (backpressure: the client waits in TCP);
 3. the frame's buffer is taken from the listener's FrameCache (memory_pool.py: an anonymous mmap
    for big frames, whose pages exist only as bytes arrive, reused for the next frames) and filled
-   from the socket: a rest of ``DIRECT_READ`` bytes or more straight into it, a smaller rest
-   through the scratch buffer with up to ``READ_AHEAD`` bytes of what follows, so that a client
-   that pipelines requests of a few KiB (the Java producer's 16 KiB batches, 5 in flight) has
-   the rest of one request and the start of the next in one read and one pass of the event
-   loop, not two each. Bytes past the frame (a pipelined next request, or one sent while the
-   answer is written) are read ahead into a spill of at most 8 KiB, then the socket is paused
-   (the connection is muted while its request is handled, as Kafka does, so requests are
-   answered in order). A read alone stays under that pause: pausing only then spares two
-   epoll_ctl calls a request to a client that waits for its answers;
+   from the socket (a smaller rest with the next request's start: one read a pipelined 16 KiB
+   request, not two); bytes past it (a pipelined next request, or one sent while the answer is
+   written) are read ahead into a spill of at most 8 KiB, then the socket is paused (the connection
+   is muted while its request is handled, as Kafka does, so requests are answered in order).
+   Pausing only then spares two epoll_ctl calls a request to a client that waits for its answers;
 4. the request is handled, the frame's bytes go back to the pool, the response is written
    (waiting while the transport's buffer is full: a client that does not read its answers goes
    idle, holding no pool memory), and the next size is read. A fetch answer's records on a
@@ -80,11 +76,9 @@ AUTH_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 TLS_WRITE_CHUNK = 256 * 1024  # an answer is written over TLS this much at a time (_write_tls)
 SPILL_PAUSE = 4 * 1024  # bytes read ahead of the current buffer before the socket is paused
-# What one read takes past its target (the 4-byte size, a frame's rest): a pipelined next
-# request's size and first bytes. Below SPILL_PAUSE, so one read never mutes the connection.
-READ_AHEAD = SPILL_PAUSE - 4
-# A frame's rest this big is read straight into the frame's buffer (no copy: a 1 MiB produce);
-# a smaller one goes through the scratch buffer, copied once, with READ_AHEAD of what follows.
+READ_AHEAD = SPILL_PAUSE - 4  # a read's bytes past its target: under SPILL_PAUSE, it never mutes alone
+# A frame's rest this big is read straight into its buffer (a 1 MiB produce: no copy); a smaller
+# one through the scratch buffer, with up to READ_AHEAD of the next request.
 DIRECT_READ = 64 * 1024
 # One scratch buffer for every connection's reads: a transport calls get_buffer, fills the
 # buffer and calls buffer_updated in one go on the loop's thread, and buffer_updated copies it out
@@ -188,10 +182,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._direct = left >= DIRECT_READ
         if self._direct:  # a big rest of a frame: straight into its buffer
             return self._view[self._filled:]
-        # A smaller rest (a frame's 4-byte size, a small request, the end of a big one) is read with
-        # what follows it through the scratch buffer: a small request then takes one read and one
-        # pass of the event loop, not two (its size, then its body), and a pipelined one's rest
-        # comes with the next one's start. What is past the current buffer is read-ahead.
+        # A smaller rest (a frame's size, a small request, a big one's end) comes through the scratch
+        # buffer with what follows: one read and one pass of the event loop for a small request, not
+        # two (its size, then its body), and a pipelined one's rest with the next one's start.
         return _SCRATCH[:left + READ_AHEAD]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -252,16 +245,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while self._filled < len(self._view):
             if self._closed or self._eof:
                 return False
-            # a bare future, not an asyncio.Event: this wait is made once a request, and the event's
-            # bookkeeping (its loop check, its list of waiters) showed in a profile of small produces
+            # a bare future, not an asyncio.Event, whose bookkeeping showed in a profile of small produces
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             if self._reading_ready:
                 self.transport.resume_reading()
             await waiter
         return True
 
-    def _wake(self) -> None:
-        """Bytes arrived, or the connection ended: _fill looks again."""
+    def _wake(self) -> None:  # bytes arrived, or the connection ended: _fill looks again
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -376,7 +367,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             view = listener.frames.frame(size)
             self._target(view)
             if not await self._fill():
-                if not self._closed_by_listener():
+                if not listener.stopping:
                     log.warning("kafka: connection from %s closed inside a frame", self.peer_host)
                 return False
             self.busy = True
@@ -467,9 +458,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.write(head[start:])
         await self._drain()
         return True
-
-    def _closed_by_listener(self) -> bool:
-        return self.listener.stopping
 
     def _log_malformed(self, frame: memoryview, err: MalformedError) -> None:
         key = peek_header(frame)[0] if len(frame) >= MIN_REQUEST_SIZE else -1
