@@ -89,6 +89,16 @@ def test_malformed_varints_arrays_and_nulls() -> None:
         m.JOIN_GROUP_REQUEST.decode(Reader(b"\xff\xff"), 0)  # group_id null
 
 
+def test_uvarints_at_a_readers_bounds() -> None:
+    """uvarint's one-byte fast path keeps to the reader's end, not the buffer's."""
+    r = Reader(b"\x05\x96\x01\x7f", end=3)
+    assert (r.uvarint(), r.uvarint(), r.pos) == (5, 150, 3)
+    with pytest.raises(MalformedError, match="needed"):
+        r.uvarint()  # the 0x7f past ``end`` is not read
+    with pytest.raises(MalformedError, match="needed"):
+        Reader(memoryview(b"\x80")).uvarint()  # cut inside a varint
+
+
 def test_request_header_and_response_frame() -> None:
     frame = request_frame(m.FETCH, 12, {"topics": []}, correlation_id=42, client_id="me")
     header, spec, reader = parse_request_header(frame[4:])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..log.file_records import RecordsSlice
 from .messages import APIS, ApiSpec
@@ -38,8 +38,7 @@ _FIXED = struct.Struct(">hhi")
 MIN_REQUEST_SIZE = _FIXED.size
 
 
-@dataclass(frozen=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):  # made for every request: a frozen dataclass's __init__ showed in profiles
     api_key: int
     api_version: int
     correlation_id: int

@@ -87,6 +87,10 @@ class Reader:
         return bytes(self.buf[pos:pos + 16])
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < self.end and self.buf[pos] < 0x80:  # one byte: nearly every length and tag count
+            self.pos = pos + 1
+            return self.buf[pos]
         value = shift = 0
         for _ in range(5):
             b = self.buf[self._need(1)]

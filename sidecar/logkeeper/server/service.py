@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,8 +58,7 @@ log = logging.getLogger(__name__)
 CLEANER_SHUTDOWN_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
-class ProduceResult:
+class ProduceResult(NamedTuple):  # made for every produce: a frozen dataclass's __init__ showed in profiles
     base_offset: int
     last_offset: int
     record_count: int
