@@ -20,9 +20,11 @@ server. So each run also records the CPU time the server process used (user + sy
 /proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
 Beside it, each producer row gives the tool's own CPU time (user + system of its JVM, from the
 kernel's accounting of the reaped child) and how much of it went to the JVM's JIT compiler
-threads (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
+threads and to the producer's network thread (Kafka's Sender, which sends the requests and reads
+the answers) (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
 tenth of a second may be missing): every run is a fresh JVM whose JIT compiles the client's paths
-while it produces, on the same 2 cores as the server.
+while it produces, on the same 2 cores as the server, and the same work of those threads takes
+more or less CPU time as the server shares their cores.
 
 With ``--pin`` both servers run on one core of their own (the last; every thread, as
 ``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
@@ -79,7 +81,9 @@ MIB = 1 << 20
 SERVERS = ("logkeeper", "kafka")
 
 # HotSpot's JIT threads, as /proc names them (15 characters): "C1 CompilerThre", "C2 CompilerThre"
-_COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+# the tool's threads counted apart, by the name the kernel keeps (its first 15 bytes): the JIT's
+# compilers, and the producer's network thread (Kafka's Sender: "kafka-producer-network-thread | ...")
+_THREAD_ROLES = {"C1 CompilerThre": "jit", "C2 CompilerThre": "jit", "kafka-producer-": "sender"}
 SAMPLE_S = 0.1
 # "1000000 records sent, 533000.5 records/sec (50.83 MB/sec), 45.23 ms avg latency, 207.00 ms max
 # latency, 40 ms 50th, 150 ms 95th, 200 ms 99th, 207 ms 99.9th."
@@ -128,6 +132,7 @@ class Produced:
     server_cpu_ms_per_mb: float = 0.0
     tool_cpu_s: float = 0.0  # the tool JVM's user + system CPU
     tool_jit_s: float = 0.0  # of it, its JIT compiler threads'
+    tool_sender_s: float = 0.0  # of it, the producer's network thread's
 
 
 @dataclass(frozen=True)
@@ -184,9 +189,9 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def compiler_cpu_s(pid: int, seen: dict[int, float]) -> None:
-    """Record in ``seen`` (thread id -> seconds) the CPU time so far of each JIT compiler thread
-    of process ``pid``."""
+def role_cpu_s(pid: int, seen: dict[int, tuple[str, float]]) -> None:
+    """Record in ``seen`` (thread id -> (role, seconds)) the CPU time so far of each thread of
+    process ``pid`` that has a role in _THREAD_ROLES."""
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -196,12 +201,13 @@ def compiler_cpu_s(pid: int, seen: dict[int, float]) -> None:
             stat = (task / "stat").read_text()
         except OSError:
             continue
-        if stat[stat.index("(") + 1:stat.rindex(")")] in _COMPILER_THREADS:
-            seen[int(task.name)] = stat_cpu_s(stat)
+        role = _THREAD_ROLES.get(stat[stat.index("(") + 1:stat.rindex(")")])
+        if role is not None:
+            seen[int(task.name)] = (role, stat_cpu_s(stat))
 
 
-def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
-    """The tool's standard output and its JIT compiler threads' CPU seconds."""
+def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, dict[str, float]]:
+    """The tool's standard output and the CPU seconds of its threads by role (_THREAD_ROLES)."""
     cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
     cpus = TOOL_CPUS
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -209,10 +215,10 @@ def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
         outputs: list[str] = []
         reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
         reader.start()
-        compilers: dict[int, float] = {}
+        threads: dict[int, tuple[str, float]] = {}
         deadline = time.monotonic() + TOOL_TIMEOUT_S
         while reader.is_alive() and time.monotonic() < deadline:
-            compiler_cpu_s(proc.pid, compilers)
+            role_cpu_s(proc.pid, threads)
             reader.join(SAMPLE_S)
         if reader.is_alive():
             proc.kill()
@@ -221,7 +227,10 @@ def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, float]:
     out, err = outputs
     if proc.returncode != 0:
         raise RuntimeError(f"{main} {' '.join(args)} failed (exit {proc.returncode}):\n{out[-3000:]}\n{err[-3000:]}")
-    return out, sum(compilers.values())
+    roles = dict.fromkeys(_THREAD_ROLES.values(), 0.0)
+    for role, seconds in threads.values():
+        roles[role] += seconds
+    return out, roles
 
 
 def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int, warm_tool: bool = False) -> Produced:
@@ -234,15 +243,16 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int, w
     tool_args = ["--topic", case.topic, "--num-records", str(records), "--record-size", str(case.record_bytes),
                  "--throughput", "-1", "--producer-props", *props]
     if warm_tool:
-        out, jit_cpu = run_tool(dist, str(WARM_PRODUCER), [str(WARM_PASSES), *tool_args])
+        out, roles = run_tool(dist, str(WARM_PRODUCER), [str(WARM_PASSES), *tool_args])
     else:
-        out, jit_cpu = run_tool(dist, PRODUCER, tool_args)
+        out, roles = run_tool(dist, PRODUCER, tool_args)
     tool_cpu = children_cpu_s() - cpu_before
     finals = list(_PRODUCED.finditer(out))  # the last line is the whole run's (the others: 5-second windows)
     m = finals[-1] if finals else None
     if m is None or int(m[1]) != records:
         raise RuntimeError(f"ProducerPerformance to {bootstrap}: no final line for {records} records:\n{out[-2000:]}")
-    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=jit_cpu)
+    return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=roles["jit"],
+                    tool_sender_s=roles["sender"])
 
 
 def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation: str = "read_uncommitted") -> Consumed:
@@ -337,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{label}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
                               f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms, "
                               f"server CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, tool CPU {p.tool_cpu_s:.1f} s "
-                              f"(JIT {p.tool_jit_s:.1f} s)", flush=True)
+                              f"(JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s)", flush=True)
                 if counted:
                     loads.append(os.getloadavg()[0])
                 for size in () if variant.warm_tool else (100, 1000):
@@ -377,7 +387,8 @@ def _cpu(runs: list[Produced] | list[Consumed]) -> str:
 
 
 def _tool(runs: list[Produced]) -> str:
-    return f"{_med([r.tool_cpu_s for r in runs]):.1f} ({_med([r.tool_jit_s for r in runs]):.1f})"
+    return (f"{_med([r.tool_cpu_s for r in runs]):.1f} ({_med([r.tool_jit_s for r in runs]):.1f}, "
+            f"{_med([r.tool_sender_s for r in runs]):.1f})")
 
 
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
@@ -420,7 +431,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
     for (name, server), ps in sorted(produced.items()):
         detail.append(f"- {server}, {name}: " + "; ".join(
             f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, "
-            f"tool CPU {p.tool_cpu_s:.1f} s (JIT {p.tool_jit_s:.1f} s)" for p in ps))
+            f"tool CPU {p.tool_cpu_s:.1f} s (JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s)" for p in ps))
     for (name, server), cs in sorted(consumed.items()):
         detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms "
                                                           f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
@@ -443,7 +454,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
-        "| tool CPU s (of it its JIT compiler threads) (lk / kafka) |",
+        "| tool CPU s (of it: JIT compiler threads, producer network thread) (lk / kafka) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
         "",
