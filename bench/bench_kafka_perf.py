@@ -20,11 +20,11 @@ server. So each run also records the CPU time the server process used (user + sy
 /proc/PID/stat) and the tables give it per MB moved: the work a server does for the same bytes.
 Beside it, each producer row gives the tool's own CPU time (user + system of its JVM, from the
 kernel's accounting of the reaped child) and how much of it went to the JVM's JIT compiler
-threads and to the producer's network thread (Kafka's Sender, which sends the requests and reads
-the answers) (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
+threads and to the producer's network thread, Kafka's Sender, which sends the requests and reads
+the answers (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
 tenth of a second may be missing): every run is a fresh JVM whose JIT compiles the client's paths
-while it produces, on the same 2 cores as the server, and the same work of those threads takes
-more or less CPU time as the server shares their cores.
+while it produces, on the same 2 cores as the server, and the same work of those threads can take
+more CPU time when the server shares their cores.
 
 With ``--pin`` both servers run on one core of their own (the last; every thread, as
 ``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
@@ -80,9 +80,8 @@ TOOL_TIMEOUT_S = 300  # one tool run; a hung server fails the benchmark instead 
 MIB = 1 << 20
 SERVERS = ("logkeeper", "kafka")
 
-# HotSpot's JIT threads, as /proc names them (15 characters): "C1 CompilerThre", "C2 CompilerThre"
-# the tool's threads counted apart, by the name the kernel keeps (its first 15 bytes): the JIT's
-# compilers, and the producer's network thread (Kafka's Sender: "kafka-producer-network-thread | ...")
+# the tool's threads counted apart, by the name /proc gives them (their first 15 characters):
+# HotSpot's JIT compilers, and the producer's network thread ("kafka-producer-network-thread | ...")
 _THREAD_ROLES = {"C1 CompilerThre": "jit", "C2 CompilerThre": "jit", "kafka-producer-": "sender"}
 SAMPLE_S = 0.1
 # "1000000 records sent, 533000.5 records/sec (50.83 MB/sec), 45.23 ms avg latency, 207.00 ms max
