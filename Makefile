@@ -172,9 +172,11 @@ bench: setup
 # tool's JIT warmed by a first pass in its JVM: kafka_perf_warm.md), raw 1 MiB Fetch and Produce
 # requests and 16 KiB Produce requests from one socket against both (kafka_raw.md: the server's
 # side, no Java client in the way), then both log
-# cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md).
+# cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md),
+# then on make interop's mixed-codec log (its step 4: kafka_side_by_side.md) with the codec-bound
+# ceiling of that log beside it (codec_ceiling.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
-# About 25 min on 2 cores.
+# About 35 min on 2 cores.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
@@ -183,6 +185,8 @@ bench-kafka: setup
 	$(PY) bench/bench_kafka_perf.py --warm-tool
 	$(PY) bench/bench_kafka_raw.py
 	$(PY) bench/bench_kafka_cleaner.py
+	KAFKA_VERSION=$(KAFKA_VERSION) $(PY) -m pytest -q -s -p no:cacheprovider tests/kafka/test_step4_side_by_side.py
+	$(PY) bench/bench_codec_ceiling.py
 
 # The Spark compaction job (local[1], local[2], a standalone cluster of 2 one-core workers) vs
 # `logkeeper clean` (128 MiB and 2 GiB dedupe buffers) on backlogs of 1M, 4M, 10M distinct keys

@@ -40,12 +40,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from side_by_side import command_and_date, machine, parse_bench_args  # noqa: E402
+from side_by_side import command_and_date, machine, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kafka_clients.md"
+PLOT = RESULTS.with_suffix(".svg")
 TOPIC = "bench"
 
 
@@ -151,17 +152,22 @@ def main(argv: list[str] | None = None) -> int:
             broker.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    RESULTS.write_text(report(args, command, list(targets), results))
-    print(RESULTS.read_text())
+    text, bars = report(args, command, list(targets), results)
+    RESULTS.write_text(text)
+    PLOT.write_text(svg_bars(f"logkeeper / Kafka {dist.version}, one Python client loop (MB/s ratio)", bars))
+    print(text)
     return 0
 
 
 def report(args: argparse.Namespace, command: str, names: list[str],
-           results: dict[tuple[str, str], list[float]]) -> str:
+           results: dict[tuple[str, str], list[float]]) -> tuple[str, list[tuple[str, float]]]:
+    """The results file's text and the plot's bars (each operation's ratio)."""
     record_bytes = 16 + args.value_bytes
     ops = ["produce acks=1", "produce acks=all", "consume"]
     lines = [
         "# bench_kafka_clients: the same Kafka client against the sidecar and against Apache Kafka",
+        "",
+        "![ratios](kafka_clients.svg)",
         "",
         *command_and_date(command),
         f"- machine: {machine_with_client()}",
@@ -172,6 +178,7 @@ def report(args: argparse.Namespace, command: str, names: list[str],
         "| | " + " | ".join(f"{n} records/s (MB/s)" for n in names) + " | sidecar / Kafka |",
         "|---|" + "---:|" * (len(names) + 1),
     ]
+    sides, bars = [], []
     for op in ops:
         cells, rates = [], []
         for n in names:
@@ -180,6 +187,9 @@ def report(args: argparse.Namespace, command: str, names: list[str],
             rates.append(rate)
             cells.append(f"{rate:,.0f} ({rate * record_bytes / 1e6:.1f})")
         lines.append(f"| {op} | " + " | ".join(cells) + f" | {rates[0] / rates[1]:.2f} |")
+        mb_s = [rate * record_bytes / 1e6 for rate in rates]
+        sides.append(side_by_side_line(f"python client {op}", mb_s[0], mb_s[1]))
+        bars.append((op, rates[0] / rates[1]))
     lines += ["", "The client competes with the server for the 2 cores, and each measurement lasts seconds: "
               "rounds of the same server differ by up to 2x (the JVM's warm-up among it), so read the ratios as "
               "orders of magnitude. Both servers come close to what the Python client loop itself reaches here "
@@ -188,7 +198,8 @@ def report(args: argparse.Namespace, command: str, names: list[str],
               "", "Every round (seconds):", ""]
     for (n, op), secs in sorted(results.items()):
         lines.append(f"- {n}, {op}: " + ", ".join(f"{s:.2f}" for s in secs))
-    return "\n".join(lines) + "\n"
+    lines += ["", "```", *sides, "```"]
+    return "\n".join(lines) + "\n", bars
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.bench_kafka_perf import ProducerCase, cpu_seconds, create_topic, per_mb, produce  # noqa: E402
-from bench.side_by_side import date_and_commit, machine_line, parse_bench_args, side_by_side_line  # noqa: E402
+from bench.side_by_side import date_and_commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 from logkeeper.errors import LengthPastEndError, ShortBatchError  # noqa: E402
 from logkeeper.protocol.messages import FETCH, FETCH_REQUEST, FETCH_RESPONSE, PRODUCE, PRODUCE_REQUEST, PRODUCE_RESPONSE  # noqa: E402
 from logkeeper.protocol.primitives import Reader, Writer  # noqa: E402
@@ -56,6 +56,7 @@ from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import Broker, fetch_kafka  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "kafka_raw.md"
+PLOT = RESULTS.with_suffix(".svg")
 FETCH_VERSION = 11  # both serve it; the last version that names topics (13+ use topic ids)
 PRODUCE_VERSION = 8  # both serve it; not flexible (a plain header)
 PRODUCE_IN_FLIGHT = 5  # the Java producer's max.in.flight.requests.per.connection
@@ -276,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     sizes = {size: len(batch) for size, (batch, _) in batches.items()}
-    text, lines = report(command, args, dist.version, sizes, walks, bursts, time.monotonic() - started)
+    text, lines, bars = report(command, args, dist.version, sizes, walks, bursts, time.monotonic() - started)
     RESULTS.write_text(text)
+    PLOT.write_text(svg_bars(f"logkeeper / Kafka {dist.version}, raw requests (MB/s ratio)", bars))
     print("\n".join(lines))
-    print(f"(written to {RESULTS.relative_to(REPO)})")
+    print(f"(written to {RESULTS.relative_to(REPO)}, {PLOT.relative_to(REPO)})")
     return 0
 
 
@@ -290,7 +292,8 @@ def _ms(latencies_s: list[float], q: float = 0.5) -> float:
 
 def report(command: str, args: argparse.Namespace, version: str, batch_bytes: dict[str, int],
            walks: dict[str, list[Requests]], bursts: dict[tuple[str, str], list[Requests]],
-           seconds: float) -> tuple[str, list[str]]:
+           seconds: float) -> tuple[str, list[str], list[tuple[str, float]]]:
+    """The results file's text, its side-by-side lines and the plot's bars (each line's ratio)."""
     def med(runs: list[Requests], f: str) -> float:
         return float(statistics.median(getattr(x, f) for x in runs))
 
@@ -305,13 +308,17 @@ def report(command: str, args: argparse.Namespace, version: str, batch_bytes: di
                     f"| {statistics.median(b.server_cpu_s / b.count for b in bs) * 1e6:.0f} | "
                     + ", ".join(f"{b.mb_per_s:.0f}" for b in bs) + " |"
                     for size in batch_bytes for (of, name), bs in bursts.items() if of == size]
-    lines = [side_by_side_line(f"raw fetch {args.fetch_bytes >> 10} KiB", med(walks["logkeeper"], "mb_per_s"),
-                               med(walks["kafka"], "mb_per_s")),
-             *(side_by_side_line(f"raw produce {size} batches, {PRODUCE_IN_FLIGHT} in flight",
-                                 med(bursts[(size, "logkeeper")], "mb_per_s"), med(bursts[(size, "kafka")], "mb_per_s"))
+    cases = [(f"raw fetch {args.fetch_bytes >> 10} KiB", med(walks["logkeeper"], "mb_per_s"),
+              med(walks["kafka"], "mb_per_s")),
+             *((f"raw produce {size} batches, {PRODUCE_IN_FLIGHT} in flight",
+                med(bursts[(size, "logkeeper")], "mb_per_s"), med(bursts[(size, "kafka")], "mb_per_s"))
                for size in batch_bytes)]
+    lines = [side_by_side_line(*case) for case in cases]
+    bars = [(name.removeprefix("raw "), ours / theirs if theirs else 0.0) for name, ours, theirs in cases]
     text = "\n".join([
         "# The server's side: raw Fetch and Produce requests against the sidecar and against Apache Kafka",
+        "",
+        "![ratios](kafka_raw.svg)",
         "",
         f"- command: `{command}` (`make bench-kafka`)",
         date_and_commit(),
@@ -346,7 +353,7 @@ def report(command: str, args: argparse.Namespace, version: str, batch_bytes: di
         "```",
         "",
     ])
-    return text, lines
+    return text, lines, bars
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.side_by_side import commit, cpu_model
+from bench.side_by_side import commit, cpu_model, side_by_side_line, svg_bars
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from tests.kafka.conftest import BrokerFactory
@@ -63,6 +63,7 @@ SEGMENT_MS = 3000
 WARMUP = "warmup"
 HOLD_MS = 3_600_000  # min.compaction.lag.ms holding sidebyside back until the warm-up round is done
 RESULTS = REPO / "bench" / "results" / "kafka_side_by_side.md"
+PLOT = RESULTS.with_suffix(".svg")
 TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 1024 * 1024, "segment.ms": SEGMENT_MS,
                 "min.cleanable.dirty.ratio": 0.01, "min.compaction.lag.ms": 0}
 CLEAN_ARGS = ("--config", "min.cleanable.dirty.ratio=0.01", "--config", "segment.bytes=1048576")
@@ -131,8 +132,15 @@ def _row(name: str, r: CleanerRound, wall: str, load: float) -> str:
 
 def _write_results(kafka: KafkaDist, warm: tuple[CleanerRound, float], measured: tuple[CleanerRound, float],
                    same: tuple[CleanerRound, float, float], own: tuple[CleanerRound, float, float], workload: str,
-                   produce_s: float) -> str:
+                   produce_s: float) -> list[str]:
+    """Write the results file and its plot; return the comparison's side-by-side lines."""
     broker_round, broker_load = measured
+    cases = (("the broker's bytes", same[0]), ("logkeeper's own write", own[0]))
+    # the one-line form of every logkeeper-vs-Kafka comparison (bench/side_by_side.py)
+    lines = [side_by_side_line(f"mixed-codec cleaner, {case}", ours.mb_per_sec, broker_round.mb_per_sec)
+             for case, ours in cases]
+    bars = [(case, ours.mb_per_sec / broker_round.mb_per_sec if broker_round.mb_per_sec else 0.0)
+            for case, ours in cases]
 
     def ratio(r: CleanerRound) -> str:
         return f"{r.mb_per_sec / broker_round.mb_per_sec:.2f}x" if broker_round.mb_per_sec else "n/a"
@@ -149,6 +157,8 @@ def _write_results(kafka: KafkaDist, warm: tuple[CleanerRound, float], measured:
         _row(f"(Kafka, `{WARMUP}-0`, same shape: 1st round of its JVM)", warm[0], "(broker)", warm[1]),
     ])
     text = f"""# Kafka's log cleaner and logkeeper's, side by side
+
+![ratios](kafka_side_by_side.svg)
 
 Written by `make interop` (tests/kafka/test_step4_side_by_side.py, step 4 of the Kafka interop run):
 
@@ -170,7 +180,8 @@ Written by `make interop` (tests/kafka/test_step4_side_by_side.py, step 4 of the
 
 {table}
 
-logkeeper / Kafka MB/sec: {ratio(same[0])} on the broker's bytes, {ratio(own[0])} on logkeeper's own write.
+logkeeper / Kafka MB/sec: {ratio(same[0])} on the broker's bytes, {ratio(own[0])} on logkeeper's own write
+(target: >= 3x on this 2-core machine, issue 23).
 logkeeper's wall time also counts starting Python, loading its compiled kernels and opening the logs.
 "load avg" is the machine's 1-minute load average just after each round ({os.cpu_count()} cores): the
 figures of one run are comparable with each other; across runs they move with what else runs.
@@ -183,10 +194,17 @@ logkeeper's, on the broker's bytes:
 ```
 {same[0].text}
 ```
+
+```
+{chr(10).join(lines)}
+```
 """
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)
-    return table
+    PLOT.write_text(svg_bars(f"logkeeper / Kafka {kafka.version} LogCleaner, mixed codecs (MB/s ratio)", bars,
+                             target=3.0))
+    print(table)
+    return lines
 
 
 def _produce_with_tail(broker: Broker, topic: str, items: list[WorkItem], tail: list[WorkItem]) -> float:
@@ -293,10 +311,7 @@ def test_kafka_and_logkeeper_clean_alike(kafka: KafkaDist, broker_factory: Broke
     if (same_round.start_messages, same_round.mb) != (broker_round.start_messages, broker_round.mb):
         _fail("Kafka and logkeeper read different amounts of the same bytes", broker_round.text, same_round.text)
 
-    table = _write_results(kafka, (warm_round, warm_load), (broker_round, broker_load),
+    print(f"\n{STEP}: {len(survivors):,} survivors of {n:,} records on every side")
+    lines = _write_results(kafka, (warm_round, warm_load), (broker_round, broker_load),
                            (same_round, same_wall, same_load), (own_round, own_wall, own_load), workload, produce_s)
-    print(f"\n{STEP}: {len(survivors):,} survivors of {n:,} records on every side\n{table}\n(written to {RESULTS})")
-    for case, ours in (("the broker's bytes", same_round), ("logkeeper's own write", own_round)):
-        # the one-line form of every logkeeper-vs-Kafka comparison (bench/side_by_side.py)
-        print(f"side-by-side mixed-codec cleaner, {case}: logkeeper {ours.mb_per_sec:.1f} MB/s, "
-              f"kafka {broker_round.mb_per_sec:.1f} MB/s, ratio {ours.mb_per_sec / broker_round.mb_per_sec:.2f}x")
+    print("\n".join(lines) + f"\n(written to {RESULTS}, {PLOT.name})")

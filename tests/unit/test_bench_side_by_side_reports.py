@@ -1,0 +1,68 @@
+"""Every logkeeper-vs-Kafka comparison's results file carries its ``side-by-side`` lines in the fixed
+form and the bars of its plot (issue 23, point 4). The benchmarks run only under their make targets,
+so their report functions are checked here on made-up figures."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LINE = re.compile(r"^side-by-side (?P<case>[^:]+): logkeeper (?P<ours>[\d.]+) MB/s, kafka (?P<theirs>[\d.]+) MB/s, "
+                  r"ratio (?P<ratio>[\d.]+)x$", re.M)
+
+
+@pytest.fixture(autouse=True)
+def bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bench_kafka_clients imports its neighbours as top-level modules, as when it runs
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    monkeypatch.syspath_prepend(str(REPO))
+
+
+def test_the_python_client_comparison_has_a_line_and_a_bar_per_operation() -> None:
+    import bench_kafka_clients
+
+    args = argparse.Namespace(records=1000, value_bytes=100, partitions=2, rounds=2)
+    names = ["logkeeper sidecar", "Apache Kafka 4.1.2"]
+    # the sidecar twice as fast as Kafka at producing with acks=1, as fast at the rest
+    results = {(names[0], "produce acks=1"): [1.0, 1.0], (names[1], "produce acks=1"): [2.0, 2.0],
+               (names[0], "produce acks=all"): [1.0, 1.0], (names[1], "produce acks=all"): [1.0, 1.0],
+               (names[0], "consume"): [3.0, 3.0], (names[1], "consume"): [3.0, 3.0]}
+    text, bars = bench_kafka_clients.report(args, "python bench/bench_kafka_clients.py", names, results)
+    lines = {m["case"]: m for m in LINE.finditer(text)}
+    assert list(lines) == ["python client produce acks=1", "python client produce acks=all", "python client consume"]
+    assert lines["python client produce acks=1"]["ratio"] == "2.00"
+    assert float(lines["python client produce acks=1"]["ours"]) == pytest.approx(1000 * 116 / 1e6, abs=0.05)
+    assert bars == [("produce acks=1", 2.0), ("produce acks=all", 1.0), ("consume", 1.0)]
+    assert "![ratios](kafka_clients.svg)" in text
+
+
+def test_the_raw_request_comparison_has_a_line_and_a_bar_per_case() -> None:
+    from bench import bench_kafka_raw
+    from bench.bench_kafka_raw import Requests
+
+    def runs(mb: float, cpu_s: float = 0.1) -> list[Requests]:
+        return [Requests(count=10, bytes=int(mb * 1e6), seconds=1.0, latencies_s=[0.001] * 10, server_cpu_s=cpu_s)]
+
+    args = argparse.Namespace(fetch_bytes=1 << 20, mb=100, rounds=1, produce_requests=10, small_produce_requests=10)
+    sizes = {"1 MiB": 1 << 20, "16 KiB": 16 << 10}
+    walks = {"logkeeper": runs(300), "kafka": runs(100)}
+    bursts = {(size, name): runs(mb) for size in sizes for name, mb in (("logkeeper", 50), ("kafka", 100))}
+    text, lines, bars = bench_kafka_raw.report("python bench/bench_kafka_raw.py", args, "4.1.2", sizes, walks,
+                                               bursts, 1.0)
+    assert [LINE.fullmatch(line) is not None for line in lines] == [True, True, True]
+    assert all(line in text for line in lines)
+    assert bars == [("fetch 1024 KiB", 3.0), ("produce 1 MiB batches, 5 in flight", 0.5),
+                    ("produce 16 KiB batches, 5 in flight", 0.5)]
+    assert "![ratios](kafka_raw.svg)" in text
+
+
+def test_the_lines_parse_back() -> None:
+    from bench.side_by_side import side_by_side_line
+
+    line = side_by_side_line("mixed-codec cleaner, the broker's bytes", 77.94, 24.2)
+    m = LINE.fullmatch(line)
+    assert m is not None and m["ratio"] == "3.22" and m["ours"] == "77.9"
