@@ -160,7 +160,8 @@ def _write_results(kafka: KafkaDist, warm: tuple[CleanerRound, float], measured:
 
 ![ratios](kafka_side_by_side.svg)
 
-Written by `make interop` (tests/kafka/test_step4_side_by_side.py, step 4 of the Kafka interop run):
+Written by `make interop` (tests/kafka/test_step4_side_by_side.py, step 4 of the Kafka interop run)
+and by `make bench-kafka`, which runs this step alone:
 
     make interop    # all four steps; this step alone: .venv/bin/pytest -s tests/kafka/test_step4_side_by_side.py
 
