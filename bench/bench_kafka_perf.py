@@ -24,7 +24,10 @@ threads and to the producer's network thread, Kafka's Sender, which sends the re
 the answers (their /proc/PID/task counters, read every 0.1 s while the tool runs, so the last
 tenth of a second may be missing): every run is a fresh JVM whose JIT compiles the client's paths
 while it produces, on the same 2 cores as the server, and the same work of those threads can take
-more CPU time when the server shares their cores.
+more CPU time when the server shares their cores. The tool prints its producer's metrics at the
+end (``--print-metrics``), and each producer row gives two of them: the select() calls of its
+network thread per request sent (how often it woke for the server's answers) and its average
+request latency.
 
 With ``--pin`` both servers run on one core of their own (the last; every thread, as
 ``sched_setaffinity`` of each task) and the tools on the others, so that a server is measured
@@ -88,6 +91,8 @@ SAMPLE_S = 0.1
 # latency, 40 ms 50th, 150 ms 95th, 200 ms 99th, 207 ms 99.9th."
 _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
                        r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
+# one line of --print-metrics: "producer-metrics:select-total:{client-id=perf-producer-client}  : 25351.000"
+_METRIC = re.compile(r"^producer-metrics:([\w-]+):\{[^}]*\}\s*:\s*(\S+)\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class Produced:
     tool_cpu_s: float = 0.0  # the tool JVM's user + system CPU
     tool_jit_s: float = 0.0  # of it, its JIT compiler threads'
     tool_sender_s: float = 0.0  # of it, the producer's network thread's
+    selects_per_request: float = 0.0  # the producer's select() calls per request sent
+    request_latency_ms: float = 0.0  # its average request latency
 
 
 @dataclass(frozen=True)
@@ -240,7 +247,7 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int, w
         props += [f"batch.size={case.batch_bytes}", f"buffer.memory={max(64 * MIB, 4 * case.batch_bytes)}"]
     cpu_before = children_cpu_s()
     tool_args = ["--topic", case.topic, "--num-records", str(records), "--record-size", str(case.record_bytes),
-                 "--throughput", "-1", "--producer-props", *props]
+                 "--throughput", "-1", "--print-metrics", "--producer-props", *props]
     if warm_tool:
         out, roles = run_tool(dist, str(WARM_PRODUCER), [str(WARM_PASSES), *tool_args])
     else:
@@ -250,8 +257,25 @@ def produce(dist: KafkaDist, bootstrap: str, case: ProducerCase, records: int, w
     m = finals[-1] if finals else None
     if m is None or int(m[1]) != records:
         raise RuntimeError(f"ProducerPerformance to {bootstrap}: no final line for {records} records:\n{out[-2000:]}")
+    metrics = producer_metrics(out[m.end():])  # the measured run's (a warm tool prints them after each pass)
     return Produced(float(m[2]), float(m[3]), float(m[6]), float(m[8]), tool_cpu_s=tool_cpu, tool_jit_s=roles["jit"],
-                    tool_sender_s=roles["sender"])
+                    tool_sender_s=roles["sender"],
+                    selects_per_request=metrics.get("select-total", 0.0) / max(metrics.get("request-total", 0.0), 1.0),
+                    request_latency_ms=metrics.get("request-latency-avg", 0.0))
+
+
+def producer_metrics(text: str) -> dict[str, float]:
+    """The ``producer-metrics`` group of the first ``--print-metrics`` listing in ``text`` (the
+    per-node groups left out), by metric name; values that are not numbers (NaN included) left out."""
+    found: dict[str, float] = {}
+    for name, value in _METRIC.findall(text):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if number == number:  # not NaN
+            found.setdefault(name, number)
+    return found
 
 
 def consume(dist: KafkaDist, bootstrap: str, topic: str, records: int, isolation: str = "read_uncommitted") -> Consumed:
@@ -346,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{label}: {server}: {case.name}: {p.records_per_s:,.0f} rec/s {p.mb_per_s:.1f} MB/s "
                               f"p50 {p.p50_ms:.0f} ms p99 {p.p99_ms:.0f} ms, "
                               f"server CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, tool CPU {p.tool_cpu_s:.1f} s "
-                              f"(JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s)", flush=True)
+                              f"(JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s), "
+                              f"{p.selects_per_request:.1f} selects a request, request latency "
+                              f"{p.request_latency_ms:.1f} ms", flush=True)
                 if counted:
                     loads.append(os.getloadavg()[0])
                 for size in () if variant.warm_tool else (100, 1000):
@@ -390,6 +416,10 @@ def _tool(runs: list[Produced]) -> str:
             f"{_med([r.tool_sender_s for r in runs]):.1f})")
 
 
+def _wakeups(runs: list[Produced]) -> str:
+    return f"{_med([r.selects_per_request for r in runs]):.1f}, {_med([r.request_latency_ms for r in runs]):.1f}"
+
+
 def report(command: str, args: argparse.Namespace, version: str, cases: list[ProducerCase],
            produced: dict[tuple[str, str], list[Produced]], consumed: dict[tuple[str, str], list[Consumed]],
            loads: list[float], seconds: float,
@@ -411,7 +441,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
                     f"| {_med([p.records_per_s for p in kf]):,.0f} "
                     f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {_med([p.p50_ms for p in lk]):.0f} / "
                     f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
-                    f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} |")
+                    f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} | {_wakeups(lk)} / {_wakeups(kf)} |")
     crow = []
     for size in (100, 1000) if consumed else ():
         name = f"consume {size} B"
@@ -430,7 +460,9 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
     for (name, server), ps in sorted(produced.items()):
         detail.append(f"- {server}, {name}: " + "; ".join(
             f"{p.mb_per_s:.1f} MB/s p99 {p.p99_ms:.0f} ms CPU {p.server_cpu_ms_per_mb:.1f} ms/MB, "
-            f"tool CPU {p.tool_cpu_s:.1f} s (JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s)" for p in ps))
+            f"tool CPU {p.tool_cpu_s:.1f} s (JIT {p.tool_jit_s:.1f} s, sender {p.tool_sender_s:.1f} s), "
+            f"{p.selects_per_request:.1f} selects a request, request latency {p.request_latency_ms:.1f} ms"
+            for p in ps))
     for (name, server), cs in sorted(consumed.items()):
         detail.append(f"- {server}, {name}: " + "; ".join(f"{c.mb_per_s:.1f} MB/s join {c.join_ms:.0f} ms "
                                                           f"CPU {c.server_cpu_ms_per_mb:.1f} ms/MB" for c in cs))
@@ -453,8 +485,9 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
-        "| tool CPU s (of it: JIT compiler threads, producer network thread) (lk / kafka) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| tool CPU s (of it: JIT compiler threads, producer network thread) (lk / kafka) "
+        "| the producer's selects a request, its request latency ms (lk / kafka) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
         *rows,
         "",
         f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",

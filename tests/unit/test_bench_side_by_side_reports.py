@@ -66,3 +66,40 @@ def test_the_lines_parse_back() -> None:
     line = side_by_side_line("mixed-codec cleaner, the broker's bytes", 77.94, 24.2)
     m = LINE.fullmatch(line)
     assert m is not None and m["ratio"] == "3.22" and m["ours"] == "77.9"
+
+
+def test_the_producer_metrics_are_read_from_the_tools_listing() -> None:
+    from bench.bench_kafka_perf import producer_metrics
+
+    listing = """1000000 records sent, 162259.0 records/sec (15.47 MB/sec), 1235.00 ms avg latency, \
+1900.00 ms max latency, 1235 ms 50th, 1700 ms 95th, 1769 ms 99th, 1850 ms 99.9th.
+Metric Name                                                                                   Value
+producer-metrics:request-latency-avg:{client-id=perf-producer-client}                       : 3.680
+producer-metrics:request-total:{client-id=perf-producer-client}                             : 6760.000
+producer-metrics:select-total:{client-id=perf-producer-client}                              : 21770.000
+producer-metrics:record-error-rate:{client-id=perf-producer-client}                         : NaN
+producer-node-metrics:request-total:{client-id=perf-producer-client, node-id=node-0}        : 6758.000
+producer-metrics:select-total:{client-id=perf-producer-client}                              : 1.000
+"""
+    found = producer_metrics(listing)
+    # the group's own figures, not a node's; NaN left out; the first listing's value kept
+    assert found == {"request-latency-avg": 3.68, "request-total": 6760.0, "select-total": 21770.0}
+
+
+def test_the_perf_tool_report_has_a_cell_for_every_column() -> None:
+    from bench.bench_kafka_perf import Consumed, Produced, ProducerCase, report
+
+    case = ProducerCase("1", 100, None)
+    produced = {(case.name, "logkeeper"): [Produced(2.0, 20.0, 10, 30, 18.0, 9.0, 4.0, 2.0, 4.1, 3.7)],
+                (case.name, "kafka"): [Produced(1.0, 10.0, 10, 40, 20.0, 8.0, 3.0, 1.5, 1.3, 9.2)]}
+    consumed = {(f"consume {size} B", server): [Consumed(100.0, 1e6, 500, 120.0, 1.6)]
+                for size in (100, 1000) for server in ("logkeeper", "kafka")}
+    args = argparse.Namespace(mb=100, rounds=1)
+    text, bars, lines = report("python bench/bench_kafka_perf.py", args, "4.1.2", [case], produced, consumed,
+                               [1.0], 60.0)
+    tables = [[row for row in block.splitlines() if row.startswith("|")] for block in text.split("\n\n")]
+    for table in filter(None, tables):
+        assert len({row.count("|") for row in table}) == 1, table
+    producer_row = next(row for row in text.splitlines() if row.startswith(f"| {case.name} |"))
+    assert producer_row.endswith("| 4.1, 3.7 / 1.3, 9.2 |") and "**2.00x**" in producer_row
+    assert LINE.fullmatch(lines[0]) is not None and bars[0] == ("acks=1 100 B default batch", 2.0)
