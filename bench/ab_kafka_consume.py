@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.ab_runs import add_baseline, alternated, medians, prepare_baseline, sidecars  # noqa: E402
-from bench.bench_kafka_perf import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
+from bench.kafka_tools import ProducerCase, consume, create_topic, produce, with_server_cpu  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_kafka_perf import ProducerCase, cpu_seconds, create_topic, per_mb, produce  # noqa: E402
+from bench.kafka_tools import ProducerCase, cpu_seconds, create_topic, per_mb, produce  # noqa: E402
 from bench.side_by_side import date_and_commit, machine_line, parse_bench_args, side_by_side_line, svg_bars  # noqa: E402
 from logkeeper.errors import LengthPastEndError, ShortBatchError  # noqa: E402
 from logkeeper.protocol.messages import FETCH, FETCH_REQUEST, FETCH_RESPONSE, PRODUCE, PRODUCE_REQUEST, PRODUCE_RESPONSE  # noqa: E402

@@ -69,7 +69,7 @@ def test_the_lines_parse_back() -> None:
 
 
 def test_the_producer_metrics_are_read_from_the_tools_listing() -> None:
-    from bench.bench_kafka_perf import producer_metrics
+    from bench.kafka_tools import producer_metrics
 
     listing = """1000000 records sent, 162259.0 records/sec (15.47 MB/sec), 1235.00 ms avg latency, \
 1900.00 ms max latency, 1235 ms 50th, 1700 ms 95th, 1769 ms 99th, 1850 ms 99.9th.
@@ -87,7 +87,8 @@ producer-metrics:select-total:{client-id=perf-producer-client}                  
 
 
 def test_the_perf_tool_report_has_a_cell_for_every_column() -> None:
-    from bench.bench_kafka_perf import Consumed, Produced, ProducerCase, report
+    from bench.bench_kafka_perf import report
+    from bench.kafka_tools import Consumed, Produced, ProducerCase
 
     case = ProducerCase("1", 100, None)
     produced = {(case.name, "logkeeper"): [Produced(2.0, 20.0, 10, 30, 18.0, 9.0, 4.0, 2.0, 4.1, 3.7)],
