@@ -169,7 +169,8 @@ bench: setup
 # Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
 # KRaft broker (bench/results/kafka_perf.md; again with each server on a core of its own and the
 # tools on the other: kafka_perf_pinned.md; the default-batch producer cases again with the
-# tool's JIT warmed by a first pass in its JVM: kafka_perf_warm.md), raw 1 MiB Fetch and Produce
+# tool's JIT warmed by a first pass in its JVM: kafka_perf_warm.md; with each server and the tools
+# in a cpu cgroup of their own, as a pod's containers are, as root: kafka_perf_cgroups.md), raw 1 MiB Fetch and Produce
 # requests and 16 KiB Produce requests from one socket against both (kafka_raw.md: the server's
 # side, no Java client in the way), then both log
 # cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md),
@@ -183,6 +184,7 @@ bench-kafka: setup
 	$(PY) bench/bench_kafka_perf.py
 	$(PY) bench/bench_kafka_perf.py --pin
 	$(PY) bench/bench_kafka_perf.py --warm-tool
+	$(if $(filter 0,$(shell id -u)),$(PY) bench/bench_kafka_perf.py --cgroups,@echo "bench-kafka: kafka_perf_cgroups.md not refreshed: cpu cgroups need root")
 	$(PY) bench/bench_kafka_raw.py
 	$(PY) bench/bench_kafka_cleaner.py
 	KAFKA_VERSION=$(KAFKA_VERSION) $(PY) -m pytest -q -s -p no:cacheprovider tests/kafka/test_step4_side_by_side.py

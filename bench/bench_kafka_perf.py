@@ -41,11 +41,21 @@ pass's own final line (the server's CPU is counted over both passes, the tool's 
 JVM: both passes and java compiling the launcher from source). Results: kafka_perf_warm.md
 (+ .svg), lines named "tool JIT warm".
 
+With ``--cgroups`` each server and the tools run in a cpu cgroup of their own with equal weights,
+as the containers of a pod run (kafka_tools.CpuGroups; root): the kernel then shares the 2 cores
+between the three groups, and only inside a group between its threads. Without it, the kernel
+shares them thread by thread, so the tool's JVM (its main thread, its network thread, its JIT and
+GC threads) and the broker's many threads each weigh as much as the sidecar's one. Results:
+kafka_perf_cgroups.md (+ .svg), lines named "own cgroups".
+
+Each ratio is the medians' ratio; beside it, the lowest and highest ratio of one round's two runs
+(the servers run back to back in a round), how far the host moved it between rounds.
+
 Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s,
 ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
 
 Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3]
-[--pin | --warm-tool]``.
+[--pin | --warm-tool | --cgroups]``.
 """
 
 from __future__ import annotations
@@ -68,12 +78,14 @@ from bench.kafka_tools import (  # noqa: E402
     PERF_JVM_OPTS,
     WARM_PASSES,
     Consumed,
+    CpuGroups,
     Produced,
     ProducerCase,
     consume,
     create_topic,
     pin_process,
     produce,
+    run_tools_in,
     run_tools_on,
     with_server_cpu,
 )
@@ -108,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--pin", action="store_true", help="the servers on the last core, the tools on the others")
     mode.add_argument("--warm-tool", action="store_true",
                       help="the default-batch producer cases only, the tool's JIT warmed by a first pass in its JVM")
+    mode.add_argument("--cgroups", action="store_true",
+                      help="each server and the tools in a cpu cgroup of their own (root)")
     args, command = parse_bench_args(ap, "bench_kafka_perf.py", argv)
     server_cpus: set[int] | None = None
     variant = UNPINNED
@@ -125,10 +139,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"{SHARED_CORES}; each producer run a JVM "
                           f"running ProducerPerformance {WARM_PASSES} times (bench/WarmProducerPerformance.java), "
                           "the last pass counted", warm_tool=True)
+    elif args.cgroups:
+        variant = Variant("kafka_perf_cgroups", ", each process in a cpu cgroup of its own", ", own cgroups",
+                          f"{SHARED_CORES}; each server and the tools in a cpu cgroup of their own, equal weights "
+                          "(as a pod's containers are): the kernel shares the cores between the three groups, "
+                          "not between their threads")
     cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)
              if not (variant.warm_tool and batch is not None)]
     passes = WARM_PASSES if variant.warm_tool else 1
     dist = fetch_kafka()
+    groups = CpuGroups(["tools", *SERVERS]) if args.cgroups else None  # fails early: no root, no controller
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-perf-"))
     produced: dict[tuple[str, str], list[Produced]] = {}
     consumed: dict[tuple[str, str], list[Consumed]] = {}
@@ -148,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             if server_cpus is not None:
                 for pid in pids.values():
                     pin_process(pid, server_cpus)
+            if groups is not None:
+                for server, pid in pids.items():
+                    groups.join(server, pid)
+                run_tools_in(groups.procs("tools"))
             for case in cases:
                 for server in SERVERS:
                     create_topic(dist, bootstrap[server], case.topic)
@@ -188,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             sidecar.stop()
             broker.stop()
     finally:
+        if groups is not None:
+            groups.close()
         shutil.rmtree(work, ignore_errors=True)
     text, bars, lines = report(command, args, dist.version, cases, produced, consumed, loads,
                                time.monotonic() - started, variant)
@@ -202,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _med(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def _spread(ratios: list[float]) -> str:
+    """" (lowest-highest)" of the rounds' ratios; nothing for one round."""
+    return f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
 
 
 def _cpu(runs: list[Produced] | list[Consumed]) -> str:
@@ -230,14 +261,16 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         lk, kf = produced[(case.name, "logkeeper")], produced[(case.name, "kafka")]
         lk_mb, kf_mb = _med([p.mb_per_s for p in lk]), _med([p.mb_per_s for p in kf])
         lk_p99, kf_p99 = _med([p.p99_ms for p in lk]), _med([p.p99_ms for p in kf])
+        spread = _spread([a.mb_per_s / b.mb_per_s for a, b in zip(lk, kf, strict=True)])
         lines.append(side_by_side_line(case.name + suffix, lk_mb, kf_mb))
         bars.append((case.name.removeprefix("produce "), lk_mb / kf_mb))
         ok = lk_mb >= kf_mb and lk_p99 <= kf_p99
         met += ok
         rows.append(f"| {case.name} | {_med([p.records_per_s for p in lk]):,.0f} "
                     f"| {_med([p.records_per_s for p in kf]):,.0f} "
-                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {_med([p.p50_ms for p in lk]):.0f} / "
-                    f"{_med([p.p50_ms for p in kf]):.0f} | {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
+                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x**{spread} "
+                    f"| {_med([p.p50_ms for p in lk]):.0f} / {_med([p.p50_ms for p in kf]):.0f} "
+                    f"| {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
                     f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} | {_wakeups(lk)} / {_wakeups(kf)} |")
     crow = []
     for size in (100, 1000) if consumed else ():
@@ -245,12 +278,13 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         clk, ckf = consumed[(name, "logkeeper")], consumed[(name, "kafka")]
         lk_mb, kf_mb = _med([c.mb_per_s for c in clk]), _med([c.mb_per_s for c in ckf])
         lk_f, kf_f = _med([c.fetch_mb_per_s for c in clk]), _med([c.fetch_mb_per_s for c in ckf])
+        spread = _spread([a.mb_per_s / b.mb_per_s for a, b in zip(clk, ckf, strict=True)])
         lines.append(side_by_side_line(name + suffix, lk_mb, kf_mb))
         lines.append(side_by_side_line(f"{name} fetch only{suffix}", lk_f, kf_f))
         bars.append((name, lk_mb / kf_mb))
         crow.append(f"| {name} | {_med([c.records_per_s for c in clk]):,.0f} "
                     f"| {_med([c.records_per_s for c in ckf]):,.0f} "
-                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x** | {lk_f:.1f} / {kf_f:.1f} "
+                    f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x**{spread} | {lk_f:.1f} / {kf_f:.1f} "
                     f"| {_med([c.join_ms for c in clk]):.0f} / {_med([c.join_ms for c in ckf]):.0f} "
                     f"| {_cpu(clk)} / {_cpu(ckf)} |")
     detail = []
@@ -280,7 +314,8 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         f"![ratios]({variant.results}.svg)",
         "",
-        "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio | p50 ms (lk / kafka) "
+        "| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio (rounds' range) "
+        "| p50 ms (lk / kafka) "
         "| p99 ms (lk / kafka) | >= 1x and p99 <= | server CPU ms per MB (lk / kafka) "
         "| tool CPU s (of it: JIT compiler threads, producer network thread) (lk / kafka) "
         "| the producer's selects a request, its request latency ms (lk / kafka) |",
@@ -289,7 +324,7 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         "",
         f"Target (>= 1x the broker's MB/s and <= its p99): met on {met} of {len(cases)} producer rows.",
         "",
-        *(["| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio "
+        *(["| case | logkeeper rec/s | Kafka rec/s | logkeeper MB/s | Kafka MB/s | ratio (rounds' range) "
             "| fetch-only MB/s (lk / kafka) | group join ms (lk / kafka) | server CPU ms per MB (lk / kafka) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|", *crow, ""] if crow else []),
         "The lines `make bench-kafka` printed:",

@@ -109,12 +109,92 @@ def with_server_cpu(pid: int, mb: float, run: Callable[..., R], *args: Any) -> t
 
 # the CPUs the tools run on (None: wherever the kernel puts them); bench_kafka_perf --pin sets them once
 TOOL_CPUS: set[int] | None = None
+# the cgroup.procs file each tool joins before it starts (None: this process's cgroup); --cgroups sets it
+TOOL_CGROUP: Path | None = None
 
 
 def run_tools_on(cpus: set[int]) -> None:
     """Run every later tool on ``cpus`` (every thread of it)."""
     global TOOL_CPUS
     TOOL_CPUS = cpus
+
+
+def run_tools_in(cgroup_procs: Path) -> None:
+    """Start every later tool in the cgroup of ``cgroup_procs`` (its threads follow it)."""
+    global TOOL_CGROUP
+    TOOL_CGROUP = cgroup_procs
+
+
+def _place_tool() -> None:  # in the tool's process, between fork and exec
+    if TOOL_CGROUP is not None:
+        with open(TOOL_CGROUP, "w") as f:
+            f.write(str(os.getpid()))
+    if TOOL_CPUS is not None:
+        os.sched_setaffinity(0, TOOL_CPUS)
+
+
+class CpuGroups:
+    """A cpu cgroup of its own, with the default weight, for each of ``names``, inside one made for
+    this run: the kernel then shares the cores between the groups and only inside a group between
+    its threads, as it does between the containers of a pod, not thread by thread across processes
+    (where a JVM's dozen runnable threads outweigh a one-thread server). Needs root and a cpu
+    controller: cgroup v1's /sys/fs/cgroup/cpu, or v2 with cpu in its cgroup.controllers."""
+
+    def __init__(self, names: list[str], root: Path = Path("/sys/fs/cgroup")) -> None:
+        if (root / "cpu" / "cgroup.procs").exists():
+            self.root, v2 = root / "cpu", False
+        elif "cpu" in _read(root / "cgroup.controllers").split():
+            self.root, v2 = root, True
+        else:
+            raise RuntimeError(f"no cpu cgroup controller under {root} (v1 {root}/cpu, or v2 with cpu in "
+                               f"{root}/cgroup.controllers)")
+        self.parent = self.root / f"logkeeper-bench-{os.getpid()}"
+        try:
+            self.parent.mkdir()
+            if v2:  # v2 shares the cpu between children only where the parents hand the controller down
+                for parent in (self.root, self.parent):
+                    (parent / "cgroup.subtree_control").write_text("+cpu")
+            for name in names:
+                (self.parent / name).mkdir()
+        except OSError as e:
+            self.close()
+            raise RuntimeError(f"cannot make cpu cgroups in {self.root} (root is needed): {e}") from e
+
+    def procs(self, name: str) -> Path:
+        return self.parent / name / "cgroup.procs"
+
+    def join(self, name: str, pid: int) -> None:
+        """Move process ``pid``, every thread of it, into group ``name``."""
+        self.procs(name).write_text(str(pid))
+
+    def close(self) -> None:
+        """Move what is left in the groups back to the root group and remove the groups."""
+        if not self.parent.exists():
+            return
+        for group in [*self.parent.iterdir(), self.parent]:
+            if not group.is_dir():
+                continue
+            for pid in _read(group / "cgroup.procs").split():
+                try:
+                    (self.root / "cgroup.procs").write_text(pid)
+                except ProcessLookupError:
+                    pass  # it ended meanwhile
+            if group != self.parent:
+                group.rmdir()
+        self.parent.rmdir()
+
+    def __enter__(self) -> CpuGroups:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def pin_process(pid: int, cpus: set[int]) -> None:
@@ -153,9 +233,9 @@ def role_cpu_s(pid: int, seen: dict[int, tuple[str, float]]) -> None:
 def run_tool(dist: KafkaDist, main: str, args: list[str]) -> tuple[str, dict[str, float]]:
     """The tool's standard output and the CPU seconds of its threads by role (_THREAD_ROLES)."""
     cmd = ["java", *PERF_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_TOOLS}", "-cp", dist.classpath, main, *args]
-    cpus = TOOL_CPUS
+    placed = TOOL_CPUS is not None or TOOL_CGROUP is not None
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus)) as proc:
+                          preexec_fn=_place_tool if placed else None) as proc:
         outputs: list[str] = []
         reader = threading.Thread(target=lambda: outputs.extend(proc.communicate()), daemon=True)
         reader.start()

@@ -104,3 +104,45 @@ def test_the_perf_tool_report_has_a_cell_for_every_column() -> None:
     producer_row = next(row for row in text.splitlines() if row.startswith(f"| {case.name} |"))
     assert producer_row.endswith("| 4.1, 3.7 / 1.3, 9.2 |") and "**2.00x**" in producer_row
     assert LINE.fullmatch(lines[0]) is not None and bars[0] == ("acks=1 100 B default batch", 2.0)
+
+
+def test_each_ratio_shows_the_range_of_its_rounds() -> None:
+    from bench.bench_kafka_perf import report
+    from bench.kafka_tools import Produced, ProducerCase
+
+    case = ProducerCase("all", 1000, 1 << 20)
+
+    def runs(*mb_per_s: float) -> list[Produced]:
+        return [Produced(1.0, mb, 10, 30, 5.0, 4.0, 2.0, 0.5, 4.0, 9.0) for mb in mb_per_s]
+
+    # round by round the sidecar 0.8x, 1.5x and 1.0x the broker; the medians 20 and 20
+    produced = {(case.name, "logkeeper"): runs(16.0, 30.0, 20.0), (case.name, "kafka"): runs(20.0, 20.0, 20.0)}
+    text, _bars, lines = report("python bench/bench_kafka_perf.py", argparse.Namespace(mb=100, rounds=3), "4.1.2",
+                                [case], produced, {}, [1.0, 1.0, 1.0], 60.0)
+    row = next(row for row in text.splitlines() if row.startswith(f"| {case.name} |"))
+    assert "| **1.00x** (0.80-1.50) |" in row
+    assert LINE.fullmatch(lines[0])["ratio"] == "1.00"  # type: ignore[index]
+
+
+def test_the_cpu_groups_hold_their_processes_and_leave_nothing_behind(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from bench.kafka_tools import CpuGroups
+
+    with pytest.raises(RuntimeError, match="no cpu cgroup controller under"):
+        CpuGroups(["a"], root=tmp_path)
+    if os.geteuid() != 0:
+        pytest.skip("cpu cgroups are made by root only")  # an environment guard: CI runs as root
+    with subprocess.Popen(["sleep", "30"]) as child:
+        try:
+            with CpuGroups(["tools", "server"]) as groups:
+                groups.join("server", child.pid)
+                assert groups.procs("server").read_text().split() == [str(child.pid)]
+                lines = Path(f"/proc/{child.pid}/cgroup").read_text().splitlines()
+                assert any(line.endswith(f"/{groups.parent.name}/server") for line in lines), lines
+            # closed with the child still in its group: moved back out, the groups removed
+            assert not groups.parent.exists()
+            assert groups.parent.name not in Path(f"/proc/{child.pid}/cgroup").read_text()
+        finally:
+            child.kill()
