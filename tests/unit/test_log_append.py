@@ -21,7 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logkeeper.errors import InvalidTimestampError, RecordTooLargeError
+from logkeeper.errors import (
+    InvalidProducerEpochError,
+    InvalidTimestampError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
 from logkeeper.log import log as log_module
 from logkeeper.log.assign import LogAppendInfo
 from logkeeper.log.file_records import FileRecords
@@ -188,10 +193,11 @@ def plain_and_other_requests(draw: st.DrawFn) -> list[bytes]:
     sequence = 0
     for _ in range(draw(st.integers(1, 30))):
         n = draw(st.integers(1, 6))
-        kind = draw(st.sampled_from(["plain"] * 6 + ["gzip", "producer", "two", "stale"]))
+        kind = draw(st.sampled_from(["plain"] * 6 + ["gzip", "producer", "producer", "retry", "gap", "two", "stale",
+                                                    "transactional"]))
         # a producer's batch always fits the smallest segment.bytes: a skipped one would leave a
         # gap in its sequences, which both paths refuse alike
-        value_max = 300 if kind == "producer" else 900
+        value_max = 300 if kind in ("producer", "retry", "gap", "transactional") else 900
         recs = [Record(j, NOW_MS + draw(st.integers(0, 3000)), b"k%d" % j, b"v" * draw(st.integers(0, value_max)))
                 for j in range(n)]
         if kind == "gzip":
@@ -199,6 +205,13 @@ def plain_and_other_requests(draw: st.DrawFn) -> list[bytes]:
         elif kind == "producer":
             out.append(build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=sequence))
             sequence += n
+        elif kind == "retry":  # the producer's last batch again, or its first one if none yet
+            last = [r for r in out if struct.unpack_from(">q", r, 43)[0] == 5]
+            out.append(last[-1] if last else build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=0))
+        elif kind == "gap":  # a sequence past the next one: refused, alike
+            out.append(build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=sequence + 1))
+        elif kind == "transactional":  # another producer's transaction: the general path only
+            out.append(build_batch(recs, producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True))
         elif kind == "two":
             out.append(build_batch(recs) + build_batch(recs))
         elif kind == "stale":  # header max timestamp below the records': the general path rewrites it
@@ -218,7 +231,8 @@ def test_plain_batch_path_writes_what_the_general_path_writes(tmp_path_factory: 
                                                               interval: int, segment_bytes: int,
                                                               segment_index_bytes: int) -> None:
     """``Log.append`` of the common request (``check_plain_batch``) against the general path
-    forced for every request: the same answers, files byte for byte, rolls and state."""
+    forced for every request: the same answers (an idempotent producer's retries and refusals
+    too), files byte for byte, rolls and state (the producers' too)."""
     if any(len(request) != 12 + struct.unpack_from(">i", request, 8)[0] for request in requests):
         # a request of several batches may add several index entries after the roll check (as in
         # Kafka; see test_index_entries_and_rolls_match_the_rules): only single-batch requests
@@ -238,10 +252,15 @@ def test_plain_batch_path_writes_what_the_general_path_writes(tmp_path_factory: 
                 mp.setattr(log_module, "check_plain_batch", lambda *args: None)
             for request in requests:
                 clock.advance(100)
-                answers.append(log.append(request) if len(request) <= segment_bytes else None)
+                try:
+                    answers.append(log.append(request) if len(request) <= segment_bytes else None)
+                except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+                    answers.append((type(e).__name__, str(e)))
         state = (log.log_end_offset, [s.base_offset for s in log.segments], log.unflushed_messages,
                  [(s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far, s.bytes_since_last_index_entry)
-                  for s in log.segments])
+                  for s in log.segments],
+                 {pid: (e.epoch, e.last_seq, list(e.batches)) for pid, e in log.producer_state.producers.items()},
+                 log.producer_state.first_unstable_offset())
         log.close()
         files = {p.name: p.read_bytes() for p in sorted((tmp / "topic-0").iterdir())}
         outcomes.append((answers, state, files))
@@ -257,8 +276,12 @@ def test_check_plain_batch_takes_only_the_common_request() -> None:
     struct.pack_into(">I", stale, 17, crc32c.crc32c(bytes(stale[21:])))
     corrupt = bytearray(plain)
     corrupt[-1] ^= 1
+    # an idempotent producer's batch is common too (Log._append_plain checks its sequence)
+    idempotent = build_batch([Record(0, NOW_MS, b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=0)
+    assert check_plain_batch(idempotent, rules, NOW_MS) == (1, NOW_MS)
     others = [plain + plain, batch(3, codec=Codec.LZ4), bytes(stale), bytes(corrupt), plain[:-1], b"",
-              build_batch([Record(0, NOW_MS, b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=0),
+              build_batch([Record(0, NOW_MS, b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=0,
+                          is_transactional=True),
               build_batch([Record(0, NOW_MS, b"k", b"v")], timestamp_type=TimestampType.LOG_APPEND_TIME,
                           log_append_time_ms=NOW_MS),
               batch(1, ts=NOW_MS + 3_600_001)]

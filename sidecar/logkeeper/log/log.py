@@ -12,12 +12,13 @@ and then written in one ``writev``; a batch's base offset is patched in its head
 (``assign_offsets=False``: data copied from another log, replicated, or restored) must start at
 or after the LEO.
 
-The common produce request — one uncompressed CreateTime batch of no producer, from a client,
-as ``bytes`` — takes a shorter road (``_append_plain``) to the same result: one compiled call
-checks it (``validator.check_plain_batch``), then the offsets, the roll check, one ``pwritev`` of
-the base offset and the rest of the batch, and the segment's index entries, without the
-per-batch lists of the general path. A test appends the same requests both ways and compares
-the files.
+The common produce request — one uncompressed CreateTime batch, not transactional, from a
+client, as ``bytes`` — takes a shorter road (``_append_plain``) to the same result: one compiled
+call checks it (``validator.check_plain_batch``), then an idempotent producer's sequence, the
+offsets, the roll check, one ``pwritev`` of the base offset and the rest of the batch, the
+segment's index entries and the producer's state, without the per-batch lists of the general
+path. A test appends the same requests both ways and compares the answers, the files and the
+producers' state.
 
 Locking: one lock serialises appends, rolls, truncation and segment replacement; reads take a
 snapshot of the segment list and read files with ``pread`` (the bytes of a batch never change
@@ -28,6 +29,7 @@ reading its still-open file).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,13 +38,14 @@ from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError, RecordTooLargeError
 from ..fileio import CrashHook, as_path, fsync_dir
+from ..records.batch_format import PRODUCER_ID_OFFSET
 from . import names, producer_snapshot
 from .assign import LogAppendInfo, assigned_bytes, base_offsets, pack_base_offset
 from .loader import LoadReport, LogLoader
 from .log_config import DAY_MS, LogConfig
 from .names import TopicPartition
 from .pending_deletes import PendingDeletes, unlink_segments
-from .producer_state import ProducerStateManager
+from .producer_state import ProducerStateManager, last_sequence
 from .replace import replace_segments
 from .segment import AppendedBatch, FetchData, LogSegment
 from .segments import LogSegments
@@ -64,6 +67,7 @@ def wall_clock_ms() -> int:
 # builds it from the tuple of all its fields, much faster
 # (bench/results/design_figures.md: log, LogAppendInfo)
 _new_tuple = tuple.__new__
+_PRODUCER = struct.Struct(">qhi")  # a batch header's producerId, producerEpoch, baseSequence
 
 
 class Log:
@@ -270,6 +274,7 @@ class Log:
         every append)."""
         count, max_ts = plain
         size = len(data)
+        producer_id, epoch, first_seq = _PRODUCER.unpack_from(data, PRODUCER_ID_OFFSET)
         if not self._lock.acquire(blocking=not quick):
             return None
         try:
@@ -277,6 +282,12 @@ class Log:
                 return None
             if self.closed:
                 raise RuntimeError(f"log {self.name} is closed")
+            if producer_id >= 0:  # an idempotent producer's batch: in sequence, or a retry answered
+                last_seq = last_sequence(first_seq, count - 1)
+                duplicate = self.producer_state.check_batch(producer_id, epoch, first_seq, last_seq, count, size,
+                                                            self.name)
+                if duplicate is not None:
+                    return duplicate
             base = self.log_end_offset
             last_offset = base + count - 1  # a client's batch: lastOffsetDelta + 1 == recordCount
             if size > config.segment_bytes:
@@ -289,7 +300,12 @@ class Log:
                 segment = self._maybe_roll(size, max_ts, last_offset, base, now)
             # the new header is the base offset alone: the rest of it is the request's
             segment.append_batch(data, pack_base_offset(base), last_offset, max_ts)
-            self._set_end(last_offset + 1)
+            try:  # the producer's state first: _set_end publishes from it
+                if producer_id >= 0:
+                    self.producer_state.on_producer_batch(producer_id, epoch, first_seq, last_seq, base, last_offset,
+                                                          is_control=False, timestamp=max_ts)
+            finally:
+                self._set_end(last_offset + 1)
             self.unflushed_messages += count
             if self.unflushed_messages >= config.flush_messages:
                 self.flush()

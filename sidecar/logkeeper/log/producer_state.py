@@ -208,11 +208,15 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {h.producer_id}: a request of {len(request.batches)} batches repeats "
                         f"sequences {seen.first_seq}-{seen.last_seq} already appended")
-                log.info("%s: duplicate batch of producer %d (sequences %d-%d) answered with offset %d",
-                         log_name, h.producer_id, seen.first_seq, seen.last_seq, seen.first_offset)
-                return LogAppendInfo(seen.first_offset, seen.last_offset, -1, -1, 1, request.num_records,
-                                     request.size, duplicate=True)
+                return _duplicate(seen, h.producer_id, request.num_records, request.size, log_name)
         return None
+
+    def check_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, num_records: int,
+                    size: int, log_name: str) -> LogAppendInfo | None:
+        """``check_request`` of a request that is one batch of an idempotent producer, from its
+        header's fields (Log._append_plain)."""
+        seen = self.check_sequence(producer_id, epoch, first_seq, last_seq)
+        return None if seen is None else _duplicate(seen, producer_id, num_records, size, log_name)
 
     def on_appended(self, data: bytes | bytearray | memoryview, request: ValidatedRequest,
                     bases: list[int]) -> list[AbortedTxn]:
@@ -246,6 +250,13 @@ class ProducerStateManager:
         others = self.first_unstable_offset()
         lso = txn.last_offset + 1 if others is None else others
         return AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
+
+
+def _duplicate(seen: BatchMeta, producer_id: int, num_records: int, size: int, log_name: str) -> LogAppendInfo:
+    """The answer to a retry of a batch already appended: its original offsets."""
+    log.info("%s: duplicate batch of producer %d (sequences %d-%d) answered with offset %d",
+             log_name, producer_id, seen.first_seq, seen.last_seq, seen.first_offset)
+    return LogAppendInfo(seen.first_offset, seen.last_offset, -1, -1, 1, num_records, size, duplicate=True)
 
 
 def load_producer_batches(state: ProducerStateManager, table: BatchTable, from_offset: int = 0) -> None:

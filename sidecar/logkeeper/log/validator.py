@@ -105,9 +105,10 @@ def validate_request(data: bytes | bytearray | memoryview, config: LogConfig, *,
 def check_plain_batch(data: bytes | bytearray | memoryview, rules: AppendRules,
                       now_ms: int) -> tuple[int, int] | None:
     """(recordCount, max timestamp) of a client's request that is one valid batch, uncompressed,
-    CreateTime, of no producer, whose header max timestamp is its records' (the common produce
+    CreateTime, not transactional, whose header max timestamp is its records' (the common produce
     request: appending it changes only its base offset, outside the CRC; its lastOffsetDelta is
-    recordCount - 1, a client's rule). None for any other request, valid or not:
+    recordCount - 1, a client's rule). Its producer, if any, is idempotent: the caller checks its
+    sequence (Log._append_plain). None for any other request, valid or not:
     ``validate_request`` checks those and names the fault; and None for data that is not
     ``bytes`` (what the protocol layer hands over), which the compiled check takes without a
     copy or a numpy view. Same compiled checks as ``validate_request``'s, in one call."""

@@ -102,7 +102,8 @@ _INT64_MAX = np.int64((1 << 63) - 1)
 @kernel("bytes, i8, i8, i8, i8, b -> (i8, i8)", nrt=False)
 def check_plain(data, max_bytes, now_ms, before_max_ms, after_max_ms, compact):  # type: ignore[no-untyped-def]
     """(recordCount, max timestamp) of a client's request ``data`` that is one valid batch,
-    uncompressed, CreateTime, of no producer, whose header max timestamp is its records'; (0, 0)
+    uncompressed, CreateTime, not transactional (of no producer, or of an idempotent one: the
+    caller checks its sequence), whose header max timestamp is its records'; (0, 0)
     for any other request, valid or not (``validator.validate_request`` checks those and names
     the fault). The checks are ``check_batch``'s, on a client's batch, with the CreateTime
     window [now - before, now + after] clamped to int64 as ``validate_request`` clamps it.
@@ -115,8 +116,7 @@ def check_plain(data, max_bytes, now_ms, before_max_ms, after_max_ms, compact): 
     if n < bf.HEADER_SIZE or before_max_ms < 0 or after_max_ms < 0:  # negative limits: the general path's arithmetic
         return z, z
     attributes = np.int64(_be16(data, bf.ATTRIBUTES_OFFSET))
-    if (bf.LOG_OVERHEAD + np.int64(_be32(data, bf.LENGTH_OFFSET)) != n or attributes & _NOT_PLAIN
-            or _be64(data, bf.PRODUCER_ID_OFFSET) >= 0):
+    if bf.LOG_OVERHEAD + np.int64(_be32(data, bf.LENGTH_OFFSET)) != n or attributes & _NOT_PLAIN:
         return z, z
     ts_low = _INT64_MIN if now_ms < _INT64_MIN + before_max_ms else now_ms - before_max_ms
     ts_high = _INT64_MAX if now_ms > _INT64_MAX - after_max_ms else now_ms + after_max_ms
