@@ -177,7 +177,8 @@ bench: setup
 # then on make interop's mixed-codec log (its step 4: kafka_side_by_side.md) with the codec-bound
 # ceiling of that log beside it (codec_ceiling.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
-# About 30 min on 2 cores (31 with a fresh clone's set-up, 2026-11-30).
+# About 35 min on 2 cores: 31 with a fresh clone's set-up (2026-11-30) before the --cgroups run was
+# added, which takes 261-270 s on its own.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
