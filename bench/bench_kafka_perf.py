@@ -266,13 +266,14 @@ def report(command: str, args: argparse.Namespace, version: str, cases: list[Pro
         bars.append((case.name.removeprefix("produce "), lk_mb / kf_mb))
         ok = lk_mb >= kf_mb and lk_p99 <= kf_p99
         met += ok
-        cheaper += _med([p.server_cpu_ms_per_mb for p in lk]) <= _med([p.server_cpu_ms_per_mb for p in kf])
+        lk_cpu, kf_cpu = _med([p.server_cpu_ms_per_mb for p in lk]), _med([p.server_cpu_ms_per_mb for p in kf])
+        cheaper += lk_cpu <= kf_cpu
         rows.append(f"| {case.name} | {_med([p.records_per_s for p in lk]):,.0f} "
                     f"| {_med([p.records_per_s for p in kf]):,.0f} "
                     f"| {lk_mb:.1f} | {kf_mb:.1f} | **{lk_mb / kf_mb:.2f}x**{spread} "
                     f"| {_med([p.p50_ms for p in lk]):.0f} / {_med([p.p50_ms for p in kf]):.0f} "
                     f"| {lk_p99:.0f} / {kf_p99:.0f} | {'yes' if ok else 'no'} "
-                    f"| {_cpu(lk)} / {_cpu(kf)} | {_tool(lk)} / {_tool(kf)} | {_wakeups(lk)} / {_wakeups(kf)} |")
+                    f"| {lk_cpu:.1f} / {kf_cpu:.1f} | {_tool(lk)} / {_tool(kf)} | {_wakeups(lk)} / {_wakeups(kf)} |")
     crow = []
     for size in (100, 1000) if consumed else ():
         name = f"consume {size} B"

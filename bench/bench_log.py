@@ -3,7 +3,7 @@
 1. appending 16 KiB uncompressed batches through Log.append vs a plain sequential write of the
    same bytes (target: at most 2x the cost); beside it, the same batches of an idempotent producer
    (a producer id and sequences in order: what the Java producer sends by default with acks=all),
-   which take the general append path with its sequence checks and producer state (a report);
+   which the append also checks and records in the producer's state (a report);
 2. recovering a 1 GB segment (CRC check and index rebuild) vs reading the file (target: at
    least half the read speed).
 
@@ -27,23 +27,34 @@ from side_by_side import command_and_date, machine, publish
 from logkeeper.log.log import Log
 from logkeeper.log.log_config import LogConfig
 from logkeeper.log.segment import LogSegment
-from logkeeper.records.batch import crc32c
+from logkeeper.records import batch_format as bf
+from logkeeper.records.batch import compute_crc
 from logkeeper.records.builder import Record, build_batch
-
-SEQUENCE_AT, CRC_AT, CRC_FROM = 53, 17, 21  # baseSequence, crc and the start of what it covers
 
 
 def idempotent_batches(batch: bytes, count: int) -> list[bytes]:
     """``count`` copies of ``batch`` as one idempotent producer's next batches: each its sequences
     after the one before (the header's baseSequence and CRC patched, the records unchanged)."""
-    records = struct.unpack_from(">i", batch, 57)[0]
+    records = struct.unpack_from(">i", batch, bf.RECORDS_COUNT_OFFSET)[0]
     out = []
     for i in range(count):
         b = bytearray(batch)
-        struct.pack_into(">i", b, SEQUENCE_AT, i * records % (1 << 31))
-        struct.pack_into(">I", b, CRC_AT, crc32c(memoryview(b)[CRC_FROM:]))
+        struct.pack_into(">i", b, bf.BASE_SEQUENCE_OFFSET, i * records % (1 << 31))
+        struct.pack_into(">I", b, bf.CRC_OFFSET, compute_crc(b, 0, len(b)))
         out.append(bytes(b))
     return out
+
+
+def time_appends(log_dir: Path, config: LogConfig, batches: list[bytes]) -> float:
+    """Seconds to Log.append ``batches`` to a new log in ``log_dir`` (removed after)."""
+    lg = Log(log_dir, config)
+    t0 = time.perf_counter()
+    for b in batches:
+        lg.append(b)
+    seconds = time.perf_counter() - t0
+    lg.close()
+    shutil.rmtree(log_dir)
+    return seconds
 
 
 def make_batch(target_bytes: int, now_ms: int, **batch_fields: int) -> bytes:
@@ -71,20 +82,8 @@ def bench_append(tmp: Path, batch_count: int, rounds: int) -> dict[str, Any]:
         results["plain"].append(time.perf_counter() - t0)
         plain.unlink()
         log_dir = tmp / f"bench-{r}"
-        lg = Log(log_dir, config)
-        t0 = time.perf_counter()
-        for _ in range(batch_count):
-            lg.append(batch)
-        results["log"].append(time.perf_counter() - t0)
-        lg.close()
-        shutil.rmtree(log_dir)
-        lg = Log(log_dir, config)
-        t0 = time.perf_counter()
-        for b in idempotent:
-            lg.append(b)
-        results["idempotent"].append(time.perf_counter() - t0)
-        lg.close()
-        shutil.rmtree(log_dir)
+        results["log"].append(time_appends(log_dir, config, [batch] * batch_count))
+        results["idempotent"].append(time_appends(log_dir, config, idempotent))
     total_mb = len(batch) * batch_count / 1e6
     plain_s = statistics.median(results["plain"])
     log_s = statistics.median(results["log"])
