@@ -154,7 +154,7 @@ kind-e2e:
 image:
 	nice bash image/build.sh
 
-# Every in-process benchmark (about 7 min on 2 cores as root, which adds cold start-up rows); each
+# Every in-process benchmark (about 9 min on 2 cores as root, which adds cold start-up rows); each
 # writes its table to bench/results/.
 # bench-kafka (a real broker) and the Spark benchmark have their own targets.
 bench: setup
@@ -164,21 +164,23 @@ bench: setup
 	$(PY) bench/bench_startup.py $(if $(filter 0,$(shell id -u)),--cold)  # cold rows need root (drop_caches)
 	$(PY) bench/bench_snapshot_load.py
 	$(PY) bench/bench_sidecar_load.py
+	$(PY) bench/bench_unlink.py  # loop-device ext4 rows need root
 
 # logkeeper side by side with a real Kafka (make interop's release, fetched with kafka-tools):
 # Kafka's own ProducerPerformance/ConsumerPerformance against the sidecar's Kafka listener and a
 # KRaft broker (bench/results/kafka_perf.md; again with each server on a core of its own and the
 # tools on the other: kafka_perf_pinned.md; the default-batch producer cases again with the
 # tool's JIT warmed by a first pass in its JVM: kafka_perf_warm.md; with each server and the tools
-# in a cpu cgroup of their own, as a pod's containers are, as root: kafka_perf_cgroups.md), raw 1 MiB Fetch and Produce
+# in a cpu cgroup of their own, as a pod's containers are, as root: kafka_perf_cgroups.md, and with the
+# tool's JIT warm too: kafka_perf_warm_cgroups.md), raw 1 MiB Fetch and Produce
 # requests and 16 KiB Produce requests from one socket against both (kafka_raw.md: the server's
 # side, no Java client in the way), then both log
 # cleaners on the same >= 1 GiB uncompressed log in 1 MiB and 100 MiB segments (kafka_cleaner.md),
 # then on make interop's mixed-codec log (its step 4: kafka_side_by_side.md) with the codec-bound
 # ceiling of that log beside it (codec_ceiling.md).
 # Each comparison prints 'side-by-side <case>: logkeeper <x> MB/s, kafka <y> MB/s, ratio <r>x'.
-# About 35 min on 2 cores: 31 with a fresh clone's set-up (2026-11-30) before the --cgroups run was
-# added, which takes 261-270 s on its own.
+# About 25-35 min on 2 cores as root: 23 min on a quiet host (2026-12-01, 01:43-02:05) before the
+# --warm-tool --cgroups run was added, which takes about 4 min.
 # (bench/bench_kafka_clients.py: one Python client loop against both, kafka_clients.md.)
 bench-kafka: setup
 	@KAFKA_VERSION=$(KAFKA_VERSION) bash interop/fetch_kafka.sh >/dev/null
@@ -186,6 +188,7 @@ bench-kafka: setup
 	$(PY) bench/bench_kafka_perf.py --pin
 	$(PY) bench/bench_kafka_perf.py --warm-tool
 	$(if $(filter 0,$(shell id -u)),$(PY) bench/bench_kafka_perf.py --cgroups,@echo "bench-kafka: kafka_perf_cgroups.md not refreshed: cpu cgroups need root")
+	$(if $(filter 0,$(shell id -u)),$(PY) bench/bench_kafka_perf.py --warm-tool --cgroups,@echo "bench-kafka: kafka_perf_warm_cgroups.md not refreshed: cpu cgroups need root")
 	$(PY) bench/bench_kafka_raw.py
 	$(PY) bench/bench_kafka_cleaner.py
 	KAFKA_VERSION=$(KAFKA_VERSION) $(PY) -m pytest -q -s -p no:cacheprovider tests/kafka/test_step4_side_by_side.py

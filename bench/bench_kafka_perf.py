@@ -46,7 +46,8 @@ as the containers of a pod run (kafka_tools.CpuGroups; root): the kernel then sh
 between the three groups, and only inside a group between its threads. Without it, the kernel
 shares them thread by thread, so the tool's JVM (its main thread, its network thread, its JIT and
 GC threads) and the broker's many threads each weigh as much as the sidecar's one. Results:
-kafka_perf_cgroups.md (+ .svg), lines named "own cgroups".
+kafka_perf_cgroups.md (+ .svg), lines named "own cgroups". ``--warm-tool --cgroups`` does both
+(kafka_perf_warm_cgroups.md): the warm tool leaves the server the largest share of a row.
 
 Each ratio is the medians' ratio; beside it, the lowest and highest ratio of one round's two runs
 (the servers run back to back in a round), how far the host moved it between rounds.
@@ -55,7 +56,8 @@ Every comparison prints one line: ``side-by-side <case>: logkeeper <x> MB/s, kaf
 ratio <r>x``. Results: bench/results/kafka_perf.md (+ kafka_perf.svg, the ratios as bars).
 
 Run: ``make bench-kafka`` or ``.venv/bin/python bench/bench_kafka_perf.py [--mb 100] [--rounds 3]
-[--pin | --warm-tool | --cgroups]``.
+[--pin | --warm-tool] [--cgroups]``
+(--cgroups not with --pin).
 """
 
 from __future__ import annotations
@@ -109,7 +111,24 @@ class Variant:
 
 
 SHARED_CORES = "tools, server and the idle other server share the 2 cores"
-UNPINNED = Variant("kafka_perf", "", "", SHARED_CORES)
+# (results-file suffix, title, line suffix, placement) of the two ways a shared-cores run can differ
+WARM = ("_warm", ", the tool's JIT warm", ", tool JIT warm",
+        f"; each producer run a JVM running ProducerPerformance {WARM_PASSES} times "
+        "(bench/WarmProducerPerformance.java), the last pass counted")
+GROUPS = ("_cgroups", ", each process in a cpu cgroup of its own", ", own cgroups",
+          "; each server and the tools in a cpu cgroup of their own, equal weights (as a pod's containers "
+          "are): the kernel shares the cores between the three groups, not between their threads")
+
+
+def variant_of(*, warm_tool: bool, cgroups: bool) -> Variant:
+    """The shared-cores variants: plain, the tool's JIT warm, each process in a cpu cgroup of its
+    own, or both (results kafka_perf[_warm][_cgroups])."""
+    parts = [part for on, part in ((warm_tool, WARM), (cgroups, GROUPS)) if on]
+    suffix, title, line, placement = ("".join(field) for field in zip(*parts)) if parts else ("", "", "", "")
+    return Variant("kafka_perf" + suffix, title, line, SHARED_CORES + placement, warm_tool=warm_tool)
+
+
+UNPINNED = variant_of(warm_tool=False, cgroups=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--pin", action="store_true", help="the servers on the last core, the tools on the others")
     mode.add_argument("--warm-tool", action="store_true",
                       help="the default-batch producer cases only, the tool's JIT warmed by a first pass in its JVM")
-    mode.add_argument("--cgroups", action="store_true",
-                      help="each server and the tools in a cpu cgroup of their own (root)")
+    ap.add_argument("--cgroups", action="store_true",
+                    help="each server and the tools in a cpu cgroup of their own (root); with --warm-tool too")
     args, command = parse_bench_args(ap, "bench_kafka_perf.py", argv)
+    if args.cgroups and args.pin:
+        ap.error("--cgroups and --pin are two ways of placing the processes: one at a time")
     server_cpus: set[int] | None = None
-    variant = UNPINNED
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) < 2:
@@ -134,16 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         variant = Variant("kafka_perf_pinned", ", each server on a core of its own", ", server on its own core",
                           f"servers pinned to CPU {cpus[-1]}, the tools to CPU {', '.join(map(str, cpus[:-1]))} "
                           "(every thread)")
-    elif args.warm_tool:
-        variant = Variant("kafka_perf_warm", ", the tool's JIT warm", ", tool JIT warm",
-                          f"{SHARED_CORES}; each producer run a JVM "
-                          f"running ProducerPerformance {WARM_PASSES} times (bench/WarmProducerPerformance.java), "
-                          "the last pass counted", warm_tool=True)
-    elif args.cgroups:
-        variant = Variant("kafka_perf_cgroups", ", each process in a cpu cgroup of its own", ", own cgroups",
-                          f"{SHARED_CORES}; each server and the tools in a cpu cgroup of their own, equal weights "
-                          "(as a pod's containers are): the kernel shares the cores between the three groups, "
-                          "not between their threads")
+    else:
+        variant = variant_of(warm_tool=args.warm_tool, cgroups=args.cgroups)
     cases = [ProducerCase(acks, size, batch) for acks in ("1", "all") for size in (100, 1000) for batch in (None, MIB)
              if not (variant.warm_tool and batch is not None)]
     passes = WARM_PASSES if variant.warm_tool else 1

@@ -129,6 +129,21 @@ def test_each_ratio_shows_the_range_of_its_rounds() -> None:
     assert LINE.fullmatch(lines[0])["ratio"] == "1.00"  # type: ignore[index]
 
 
+def test_the_shared_core_variants_combine_a_warm_tool_with_cpu_groups() -> None:
+    from bench.bench_kafka_perf import UNPINNED, variant_of
+    from bench.kafka_tools import WARM_PASSES
+
+    assert variant_of(warm_tool=False, cgroups=False) == UNPINNED
+    assert (UNPINNED.results, UNPINNED.title, UNPINNED.line_suffix) == ("kafka_perf", "", "")
+    assert UNPINNED.placement == "tools, server and the idle other server share the 2 cores"
+    assert variant_of(warm_tool=True, cgroups=False).results == "kafka_perf_warm"
+    assert variant_of(warm_tool=False, cgroups=True).results == "kafka_perf_cgroups"
+    both = variant_of(warm_tool=True, cgroups=True)
+    assert both.results == "kafka_perf_warm_cgroups" and both.warm_tool
+    assert both.line_suffix == ", tool JIT warm, own cgroups"
+    assert f"ProducerPerformance {WARM_PASSES} times" in both.placement and "cpu cgroup of their own" in both.placement
+
+
 def test_the_cpu_groups_hold_their_processes_and_leave_nothing_behind(tmp_path: Path) -> None:
     import os
     import subprocess
