@@ -400,9 +400,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # A view: asyncio (3.11) copies what the socket did not take into its own buffer, and
             # slicing the frame itself would copy it once more. The frame is dropped before the
             # wait, so an answer its client is slow to read is in memory once, not twice. Each
-            # answer goes at once: holding answers back to write several together helped a
-            # client sharing the cores but slowed one in a cgroup of its own, as in a pod
-            # (bench/results/design_figures.md: connection, answers written one by one).
+            # answer goes at once (why not several together: design_figures.md, connection).
             self.transport.write(memoryview(response))
             del response
             await self._drain()
