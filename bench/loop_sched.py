@@ -76,7 +76,7 @@ def trace(mb: int, cgroups: bool, warm: bool, work: Path) -> tuple[str, int, int
 def report(text: str, loop: int, passes: int) -> list[str]:
     # each pwritev of the loop: (start, seconds, seconds switched out, switch-outs by state)
     calls: list[tuple[float, float, float, Counter[str]]] = []
-    inside: dict[str, list[Any]] = {}  # the call in progress: [start, off-CPU s, states, switched out at]
+    call: list[Any] | None = None  # the call in progress: [start, off-CPU s, states, switched out at]
     switches: list[tuple[float, str, str]] = []  # (time, "out" or "in", state)
     for line in text.splitlines():
         m = _EVENT.match(line)
@@ -84,16 +84,15 @@ def report(text: str, loop: int, passes: int) -> list[str]:
             continue
         tid, t, event, rest = int(m[1]), float(m[2]), m[3], m[4]
         if event.startswith("raw_syscalls:sys_enter") and tid == loop:
-            inside["call"] = [t, 0.0, Counter(), None]
-        elif event.startswith("raw_syscalls:sys_exit") and tid == loop and "call" in inside:
-            start, off, states, _ = inside.pop("call")
-            calls.append((start, t - start, off, states))
+            call = [t, 0.0, Counter(), None]
+        elif event.startswith("raw_syscalls:sys_exit") and tid == loop and call is not None:
+            calls.append((call[0], t - call[0], call[1], call[2]))
+            call = None
         elif event.startswith("sched:sched_switch"):
             s = _SWITCH.search(rest)
             if s is None:
                 continue
             prev, state, nxt = int(s[1]), s[2].rstrip("+"), int(s[3])
-            call = inside.get("call")
             if prev == loop:
                 switches.append((t, "out", state))
                 if call is not None:
