@@ -3,12 +3,14 @@
 A study tool, not a benchmark with a results file (its figures and their reading are in
 bench/results/design_figures.md, "connection"): one sidecar, Kafka's ProducerPerformance (acks=1,
 100-byte records, the default batch) writing to it, and ``perf record -a`` of the scheduler's
-context switches and of the loop's ``pwritev2`` calls (what ``os.pwritev`` is on this libc) over
-the last pass. It prints, for the loop thread over that pass: the seconds on a CPU, runnable but
-waiting for one, and asleep (in epoll: nothing to do), each also a request; the pwritevs' latency
-and, of those over 0.1 ms, how much of it the thread spent switched out and in what state (R:
-preempted; D: waiting for the disk). Root (perf, cgroups); ``--cgroups --warm-tool`` is the
-pods' case of bench_kafka_perf.py.
+context switches and of the loop's ``pwritev2`` calls (what ``os.pwritev`` is on this libc) and
+``sendto`` calls (``socket.send``: the answers) over the last pass. It prints, for the loop thread
+over that pass: the seconds on a CPU, runnable but waiting for one, and asleep (in epoll: nothing
+to do), each also a request; each call's latency and, of those over 0.1 ms, how much of it the
+thread spent switched out and in what state (R: preempted; D: waiting for the disk); and how
+often the thread was preempted within 5 us of a call's return, which the call's own time does not
+show (a send wakes the client's thread, which may take the CPU as the call returns). Root (perf,
+cgroups); ``--cgroups --warm-tool`` is the pods' case of bench_kafka_perf.py.
 
     sudo .venv/bin/python bench/loop_sched.py [--mb 100] [--cgroups] [--warm-tool]
 """
@@ -34,7 +36,8 @@ from bench.kafka_tools import WARM_PASSES, CpuGroups, ProducerCase, create_topic
 from logkeeper.server.process import SidecarProcess  # noqa: E402
 from tests.kafka.kafka_harness import fetch_kafka  # noqa: E402
 
-PWRITEV2 = 328  # x86-64
+SYSCALLS = {328: "pwritev", 44: "send"}  # x86-64: pwritev2, sendto
+_NR = re.compile(r"NR (\d+)")
 _EVENT = re.compile(r"\s*(\d+)\s+([\d.]+):\s+(\S+?):?\s+(.*)")
 _SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=.* next_pid=(\d+)")
 
@@ -55,9 +58,10 @@ def trace(mb: int, cgroups: bool, warm: bool, work: Path) -> tuple[str, int, int
         records = mb * 1_000_000 // case.record_bytes
         produce(dist, sidecar.kafka_bootstrap, case, records, warm)  # warms the sidecar; not traced
         data = work / "perf.data"
+        ids = " || ".join(f"id == {nr}" for nr in SYSCALLS)
         perf = subprocess.Popen(["perf", "record", "-q", "-a", "-o", str(data), "-e", "sched:sched_switch",
-                                 "-e", "raw_syscalls:sys_enter", "--filter", f"id == {PWRITEV2}",
-                                 "-e", "raw_syscalls:sys_exit", "--filter", f"id == {PWRITEV2}"],
+                                 "-e", "raw_syscalls:sys_enter", "--filter", ids,
+                                 "-e", "raw_syscalls:sys_exit", "--filter", ids],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)  # perf is recording
         p = produce(dist, sidecar.kafka_bootstrap, case, records, warm)
@@ -74,9 +78,11 @@ def trace(mb: int, cgroups: bool, warm: bool, work: Path) -> tuple[str, int, int
 
 
 def report(text: str, loop: int, passes: int) -> list[str]:
-    # each pwritev of the loop: (start, seconds, seconds switched out, switch-outs by state)
-    calls: list[tuple[float, float, float, Counter[str]]] = []
-    call: list[Any] | None = None  # the call in progress: [start, off-CPU s, states, switched out at]
+    # each traced call of the loop, by name: (start, seconds, seconds switched out, switch-outs by state)
+    calls: dict[str, list[tuple[float, float, float, Counter[str]]]] = {name: [] for name in SYSCALLS.values()}
+    call: list[Any] | None = None  # the call in progress: [start, off-CPU s, states, switched out at, name]
+    returned: tuple[float, str] | None = None  # the loop's last traced return: (time, call)
+    preempted_after: Counter[str] = Counter()  # switched out runnable within 5 us of a call's return
     switches: list[tuple[float, str, str]] = []  # (time, "out" or "in", state)
     for line in text.splitlines():
         m = _EVENT.match(line)
@@ -84,10 +90,11 @@ def report(text: str, loop: int, passes: int) -> list[str]:
             continue
         tid, t, event, rest = int(m[1]), float(m[2]), m[3], m[4]
         if event.startswith("raw_syscalls:sys_enter") and tid == loop:
-            call = [t, 0.0, Counter(), None]
+            nr = _NR.search(rest)
+            call = [t, 0.0, Counter(), None, SYSCALLS.get(int(nr[1]) if nr else -1, "?")]
         elif event.startswith("raw_syscalls:sys_exit") and tid == loop and call is not None:
-            calls.append((call[0], t - call[0], call[1], call[2]))
-            call = None
+            calls.setdefault(call[4], []).append((call[0], t - call[0], call[1], call[2]))
+            returned, call = (t, call[4]), None
         elif event.startswith("sched:sched_switch"):
             s = _SWITCH.search(rest)
             if s is None:
@@ -98,16 +105,19 @@ def report(text: str, loop: int, passes: int) -> list[str]:
                 if call is not None:
                     call[2][state] += 1
                     call[3] = t
+                elif state == "R" and returned is not None and t - returned[0] < 5e-6:
+                    preempted_after[returned[1]] += 1
             elif nxt == loop:
                 switches.append((t, "in", ""))
                 if call is not None and call[3] is not None:
                     call[1] += t - call[3]
                     call[3] = None
-    if not calls:
+    writes = calls["pwritev"]
+    if not writes:
         return ["no pwritev of the loop thread was traced (perf could not see the syscalls?)"]
     # the last pass: its share of the pwritevs (one a request), from the first of them to the last
-    n = len(calls) // passes
-    lo, hi = calls[-n][0], calls[-1][0]
+    n = len(writes) // passes
+    lo, hi = writes[-n][0], writes[-1][0]
     spent: Counter[str] = Counter()
     state, at = "?", lo
     for t, way, st in switches:
@@ -125,15 +135,19 @@ def report(text: str, loop: int, passes: int) -> list[str]:
     for key, seconds in spent.most_common():
         lines.append(f"  {names.get(key, key)}: {seconds:.2f} s ({seconds / span:.0%}), "
                      f"{seconds / n * 1e6:.0f} us a request")
-    ms = sorted(c[1] * 1e3 for c in calls)
-    long = [c for c in calls if c[1] > 1e-4]
-    states: Counter[str] = Counter()
-    for c in long:
-        states.update(c[3])
-    lines.append(f"pwritev (all passes, {len(ms):,}): p50 {statistics.median(ms):.3f} ms, "
-                 f"p99 {ms[int(0.99 * len(ms))]:.3f} ms, max {ms[-1]:.3f} ms; over 0.1 ms: {len(long)}, "
-                 f"{sum(c[1] for c in long) * 1e3:.1f} ms of which switched out {sum(c[2] for c in long) * 1e3:.1f} ms "
-                 f"(switch-outs by state: {dict(states) or 'none'})")
+    for name, done in calls.items():
+        if not done:
+            continue
+        ms = sorted(c[1] * 1e3 for c in done)
+        long = [c for c in done if c[1] > 1e-4]
+        states: Counter[str] = Counter()
+        for c in long:
+            states.update(c[3])
+        lines.append(f"{name} (all passes, {len(ms):,}): p50 {statistics.median(ms):.3f} ms, "
+                     f"p99 {ms[int(0.99 * len(ms))]:.3f} ms, max {ms[-1]:.3f} ms; over 0.1 ms: {len(long)}, "
+                     f"{sum(c[1] for c in long) * 1e3:.1f} ms of which switched out "
+                     f"{sum(c[2] for c in long) * 1e3:.1f} ms (switch-outs by state: {dict(states) or 'none'}); "
+                     f"preempted within 5 us of its return: {preempted_after[name]:,}")
     return lines
 
 
