@@ -127,10 +127,6 @@ def make_backlog(root: Path, n_keys: int, seed: int = 11) -> int:
     return finish_log_dir(root, part)
 
 
-def log_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in (root / PARTITION).glob("*.log"))
-
-
 # ------------------------------------------------------------------------------------------- the runs
 @dataclass
 class Run:

@@ -157,16 +157,6 @@ def _proc_files(name: str) -> Iterator[tuple[int, bytes]]:
         yield int(entry), data
 
 
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid``."""
-    out = []
-    for pid, stat in _proc_files("stat"):
-        fields = stat.decode(errors="replace").rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(pid)
-    return out
-
-
 def job_pids(staging_fragment: str) -> list[int]:
     """Processes whose command line names ``staging_fragment`` (a hand-off's staging directory)."""
     return [pid for pid, cmdline in _proc_files("cmdline")

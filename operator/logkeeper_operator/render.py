@@ -35,8 +35,6 @@ from logkeeper.errors import InvalidConfigError
 from logkeeper.server.config import config_from_document, validate_topic_configs
 
 from .names import (
-    CONFIG_DIR,
-    CONFIG_FILE,
     KAFKA_TLS_DIR,
     KAFKA_USERS_DIR,
     TLS_CA_KEY,
@@ -47,8 +45,6 @@ from .names import (
     log_dir,
 )
 from .spec import LogVolumeSpec, SpecError, TopicSpec
-
-CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_FILE}"
 
 
 def _plain(value: Any) -> Any:

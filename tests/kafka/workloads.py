@@ -103,11 +103,6 @@ def _unb64(s: object) -> bytes | None:
     return None if s is None else base64.b64decode(str(s))
 
 
-def kv_of(records: Iterable[Mapping[str, object]]) -> list[KV]:
-    """(offset, key, value) of the data records of ``logkeeper dump-log --json`` output."""
-    return [KV(int(str(r["offset"])), _unb64(r["key"]), _unb64(r["value"])) for r in records if not r["isControl"]]
-
-
 def committed_view(records: Sequence[Mapping[str, object]], *, open_ok: bool = False,
                    ) -> tuple[list[KV], list[KV], dict[str, int]]:
     """From ``logkeeper dump-log --json`` records: (every data record, the data records less those

@@ -135,16 +135,6 @@ class SegmentFilter:
         self.check_done = check_done
         self.throttler = throttler
 
-    def clean_into(self, sources: Sequence[Source], dest: Destination, offset_map: KeyDecisions,
-                   txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],
-                   upper_bound: int, stats: CleanerStats) -> list[AbortedTxn]:
-        """The source segments, in order, cleaned into ``dest``; the aborted transactions the
-        cleaned segment must index (``clean_groups_into`` for one group)."""
-        kept: list[AbortedTxn] = []
-        self.clean_groups_into([sources], lambda _g, _dropped: dest, lambda _g, aborted: kept.extend(aborted),
-                               offset_map, txns, last_records, upper_bound, stats)
-        return kept
-
     def clean_groups_into(self, groups: Sequence[Sequence[Source]], dest_for: Callable[[int, int], Destination],
                           finish: Callable[[int, list[AbortedTxn]], None], offset_map: KeyDecisions,
                           txns: CleanedTransactionMetadata, last_records: dict[int, LastRecord],

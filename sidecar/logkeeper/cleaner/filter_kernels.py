@@ -282,12 +282,6 @@ def _put_varint(out, p, v):  # type: ignore[no-untyped-def]
 
 
 @kernel(inline=True)
-def _put_varlong(out, p, v):  # type: ignore[no-untyped-def]
-    z = (np.uint64(v) << np.uint64(1)) ^ np.uint64(np.int64(v) >> 63)
-    return _put_uvarint(out, p, z)
-
-
-@kernel(inline=True)
 def _uvarint_size(z):  # type: ignore[no-untyped-def]
     n = 1
     while z >= np.uint64(0x80):

@@ -22,7 +22,7 @@ rounds cleaned by the threads and ``offloads`` (partition -> its Spark hand-off:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from .stats import java_f1
@@ -90,6 +90,3 @@ class CleanerMetrics:
             "rounds": self.rounds,
             "offloads": dict(self.offloads),
         }
-
-    def as_plain_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -27,7 +27,6 @@ class Throttler:
         self._period_start_ns = clock_ns()
         self._observed = 0.0
         self.total_observed = 0
-        self.total_slept_s = 0.0
 
     def maybe_throttle(self, observed: float) -> None:
         rate = self.desired_rate_per_sec
@@ -40,7 +39,6 @@ class Throttler:
                 if self._observed * NS_PER_SEC / elapsed > rate:
                     sleep_ms = round(self._observed / (rate / 1000.0) - elapsed // 1_000_000)
                     if sleep_ms > 0:
-                        self.total_slept_s += sleep_ms / 1000.0
                         self._sleep(sleep_ms / 1000.0)
                 self._period_start_ns = self._clock_ns()
                 self._observed = 0.0

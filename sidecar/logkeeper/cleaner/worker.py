@@ -199,10 +199,6 @@ class CleanerThread(threading.Thread):
         self._wake = threading.Event()
         self.failed = False
 
-    @property
-    def is_running(self) -> bool:
-        return self._running.is_set()
-
     def run(self) -> None:
         try:
             while self._running.is_set():

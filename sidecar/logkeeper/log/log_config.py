@@ -10,7 +10,7 @@ Kafka's; ``message.timestamp.after.max.ms`` follows Kafka 4.0, where it became o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -131,9 +131,6 @@ class LogConfig:
     @property
     def max_index_size(self) -> int:
         return self.segment_index_bytes
-
-    def field_names(self) -> list[str]:
-        return [f.name for f in fields(self)]
 
 
 # Kafka declares these topic keys as Java ints, the other integer keys as longs (TopicConfig).

@@ -111,10 +111,6 @@ class Scheduler:
             entry = self._tasks.get(name)
             return entry.due_ms if entry is not None else None
 
-    def next_due_ms(self) -> int | None:
-        with self._cond:
-            return min((e.due_ms for e in self._tasks.values()), default=None)
-
     def task_names(self) -> list[str]:
         with self._cond:
             return sorted(self._tasks)

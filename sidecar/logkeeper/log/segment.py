@@ -193,10 +193,6 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
-    def ensure_offset_in_range(self, offset: int) -> None:
-        if not self.can_convert_to_relative_offset(offset):
-            raise LogSegmentOffsetOverflowError(self.base_offset, offset, str(self.log.path))
-
     # ------------------------------------------------------------------ append
     def append(self, batches: Sequence[AppendedBatch], data: bytes | bytearray | memoryview,
                header: bytes | None = None) -> None:

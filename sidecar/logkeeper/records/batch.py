@@ -177,8 +177,3 @@ def set_max_timestamp(buf: bytearray | memoryview, pos: int, size: int, max_time
         _BE_INT16.pack_into(buf, pos + bf.ATTRIBUTES_OFFSET, attributes | bf.TIMESTAMP_TYPE_MASK)
     _BE_INT64.pack_into(buf, pos + bf.MAX_TIMESTAMP_OFFSET, max_timestamp_ms)
     _BE_UINT32.pack_into(buf, pos + bf.CRC_OFFSET, compute_crc(buf, pos, size))
-
-
-def set_log_append_time(buf: bytearray | memoryview, pos: int, size: int, append_time_ms: int) -> None:
-    """Mark the batch LogAppendTime with ``append_time_ms`` as its max timestamp; new CRC."""
-    set_max_timestamp(buf, pos, size, append_time_ms, True)

@@ -33,15 +33,6 @@ def encode_varint(n: int, out: bytearray) -> None:
     out.append(z)
 
 
-def varint_size(n: int) -> int:
-    z = zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
-
-
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = MAX_VARINT_BYTES) -> tuple[int, int]:
     """Return ``(value, next_position)``; raise BadVarintError naming ``pos`` if malformed."""
     shift = 0

@@ -293,10 +293,6 @@ class SidecarSettings:
         return [parse_listen_address(a) for a in self.listen]
 
     @property
-    def kafka_addresses(self) -> list[tuple[str, int]]:
-        return [(host, port) for _p, host, port in self.kafka_listeners]
-
-    @property
     def kafka_listeners(self) -> list[tuple[str, str, int]]:
         """(security protocol, host, port) of each kafka.listen entry."""
         return [parse_kafka_listener(a) for a in self.kafka_listen]

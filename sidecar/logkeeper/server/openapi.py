@@ -36,9 +36,7 @@ def _obj(props: dict[str, Schema], required: list[str] | None = None, extra: boo
 
 
 INT = {"type": "integer", "format": "int64"}
-NINT = {"type": "integer", "format": "int64", "nullable": True}
 STR = {"type": "string"}
-NSTR = {"type": "string", "nullable": True}
 BOOL = {"type": "boolean"}
 NUM = {"type": "number"}
 

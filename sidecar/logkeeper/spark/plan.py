@@ -194,9 +194,6 @@ class CompactionPlan:
     def has_clean_side(self) -> bool:
         return any(c.side == CLEAN for c in self.chunks)
 
-    def segment_path(self, index: int) -> Path:
-        return names.log_file(Path(self.partition_dir), self.segments[index].base_offset)
-
     def open_segment(self, index: int, config: LogConfig) -> LogSegment:
         return open_segment(Path(self.partition_dir), self.segments[index].base_offset, config)
 
