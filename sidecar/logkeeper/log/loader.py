@@ -79,9 +79,6 @@ class LoadedLog:
     report: LoadReport
 
 
-SegmentFactory = Callable[..., LogSegment]
-
-
 @dataclass
 class LogLoader:
     dir: Path

@@ -54,7 +54,6 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, cast
 
@@ -104,7 +103,6 @@ class Endpoint:
 
 
 Answer = bytes | bytearray | SplicedFrame
-FrameHandler = Callable[[bytes | memoryview, "KafkaConnection"], Awaitable[Answer | None]]
 
 
 class _Descriptor:
